@@ -16,6 +16,8 @@ mod affinity;
 mod conformance;
 #[path = "server/http.rs"]
 mod http;
+#[path = "server/progress.rs"]
+mod progress;
 #[path = "server/protocol.rs"]
 mod protocol;
 #[path = "server/python.rs"]

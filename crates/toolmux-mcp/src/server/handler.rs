@@ -5,6 +5,7 @@ use super::ServeOptions;
 use super::convert;
 use super::interact::{ClientInteraction, Round, StateSeal};
 use super::names::NameMap;
+use super::progress::ProgressGate;
 use super::settle::SettledChanges;
 use super::tasks::TaskStore;
 use crate::server::ClientProfile;
@@ -675,11 +676,15 @@ impl Gateway {
         // here, before the result, so that none arrives after the response.
         let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
         let mut ctx = ctx;
-        if exchange.progress.is_some() {
+        let gate = exchange.progress.is_some().then(|| {
             let tx = tx.clone();
-            ctx = ctx.with_progress(ProgressSink::new(move |p| {
+            ProgressGate::new(move |p| {
                 let _ = tx.send(Outgoing::Progress(p));
-            }));
+            })
+        });
+        if let Some(gate) = &gate {
+            let gate = gate.clone();
+            ctx = ctx.with_progress(ProgressSink::new(move |p| gate.offer(p)));
         }
         if let Some(min) = exchange.log_level {
             let tx = tx.clone();
@@ -690,7 +695,7 @@ impl Gateway {
             }));
         }
         drop(tx);
-        let mut out = Sender { exchange, progress: Rising::default() };
+        let mut out = Sender { exchange };
         let call = until_closed(&exchange.closing, &cancel, work(ctx));
         tokio::pin!(call);
         let needed = async {
@@ -718,6 +723,10 @@ impl Gateway {
                 },
             }
         };
+        // The last report kept goes into the channel behind the others, before the result.
+        if let Some(gate) = &gate {
+            gate.finish();
+        }
         while let Ok(message) = rx.try_recv() {
             out.send(message).await;
         }
@@ -824,8 +833,9 @@ async fn until_closed<T>(
 
 /// Where the progress reports and log lines of a call on the direct path go.
 pub(crate) struct CallSinks {
-    /// The client's progress token, when it asked for progress.
-    pub(crate) progress: Option<ProgressToken>,
+    /// Where the call's progress goes, when the client asked for progress (see
+    /// [`CallSinks::progress_gate`]); finished by the call before its result.
+    pub(crate) progress: Option<ProgressGate>,
     /// Sends a notification to the client, ahead of anything sent later.
     pub(crate) notify: Arc<dyn Fn(ServerNotification) + Send + Sync>,
     /// The client's distributed trace (`_meta.traceparent`), when it gave one.
@@ -850,8 +860,12 @@ impl Gateway {
         sinks: CallSinks,
     ) -> Result<CallToolResult, ErrorData> {
         let local = self.shared.local_name(name).await;
+        let gate = sinks.progress.clone();
         let ctx = self.direct_context(id, cancel, peer, sinks);
         let result = self.shared.provider.call(&local, Value::Object(arguments), &ctx).await;
+        if let Some(gate) = gate {
+            gate.finish();
+        }
         call_response(result)
     }
 
@@ -879,8 +893,13 @@ impl Gateway {
         peer: Peer<RoleServer>,
         sinks: CallSinks,
     ) -> Result<Answer, ErrorData> {
+        let gate = sinks.progress.clone();
         let ctx = self.direct_context(id, cancel, peer, sinks);
-        match self.shared.provider.relay(local, arguments, &ctx, usize::MAX).await {
+        let relayed = self.shared.provider.relay(local, arguments, &ctx, usize::MAX).await;
+        if let Some(gate) = gate {
+            gate.finish();
+        }
+        match relayed {
             Ok(Relayed::Raw { json, .. }) => Ok(Answer::Raw(json)),
             Ok(Relayed::Output(output)) => call_response(Ok(output)).map(Answer::Result),
             Err(error) => call_response(Err(error)).map(Answer::Result),
@@ -907,16 +926,8 @@ impl Gateway {
             .with_trace_parent(sinks.trace)
             .with_trace_state(sinks.trace.and(sinks.trace_state))
             .with_early_answer(sinks.early);
-        if let Some(token) = sinks.progress {
-            let notify = sinks.notify.clone();
-            let rising = Mutex::new(Rising::default());
-            ctx = ctx.with_progress(ProgressSink::new(move |progress: Progress| {
-                if !rising.lock().unwrap_or_else(|e| e.into_inner()).admits(progress.progress) {
-                    return;
-                }
-                let param = progress_param(&token, progress);
-                notify(ServerNotification::ProgressNotification(Notification::new(param)));
-            }));
+        if let Some(gate) = sinks.progress {
+            ctx = ctx.with_progress(ProgressSink::new(move |progress| gate.offer(progress)));
         }
         let log_level = *self.log_level.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(min) = log_level {
@@ -936,6 +947,20 @@ impl Gateway {
     }
 }
 
+impl CallSinks {
+    /// The gate of a call whose client gave `token`: its reports go out through `notify`
+    /// as `notifications/progress`.
+    pub(crate) fn progress_gate(
+        token: ProgressToken,
+        notify: Arc<dyn Fn(ServerNotification) + Send + Sync>,
+    ) -> ProgressGate {
+        ProgressGate::new(move |progress| {
+            let param = progress_param(&token, progress);
+            notify(ServerNotification::ProgressNotification(Notification::new(param)));
+        })
+    }
+}
+
 /// The answer to a call on the direct path.
 pub(crate) enum Answer {
     /// A relayed result as the server wrote it: the JSON text of a `CallToolResult`.
@@ -949,30 +974,10 @@ enum Outgoing {
     Log(LogMessage),
 }
 
-/// Sends a request's progress reports and log lines.
+/// Sends a request's progress reports (coalesced and rising: see [`ProgressGate`]) and
+/// log lines.
 struct Sender<'a> {
     exchange: &'a Exchange,
-    progress: Rising,
-}
-
-/// MCP requires a request's progress to increase with every notification; a report that
-/// does not is dropped.
-struct Rising(f64);
-
-impl Default for Rising {
-    fn default() -> Self {
-        Rising(f64::NEG_INFINITY)
-    }
-}
-
-impl Rising {
-    fn admits(&mut self, progress: f64) -> bool {
-        if progress <= self.0 {
-            return false;
-        }
-        self.0 = progress;
-        true
-    }
 }
 
 impl Sender<'_> {
@@ -981,9 +986,6 @@ impl Sender<'_> {
         let sent = match message {
             Outgoing::Progress(progress) => {
                 let Some(token) = &self.exchange.progress else { return };
-                if !self.progress.admits(progress.progress) {
-                    return;
-                }
                 peer.notify_progress(progress_param(token, progress)).await
             }
             Outgoing::Log(message) => {
@@ -1769,18 +1771,6 @@ fn page_start(cursor: &str, tools: &[Tool]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::Rising;
-
-    #[test]
-    fn progress_that_does_not_rise_is_dropped() {
-        let mut rising = Rising::default();
-        let admitted: Vec<f64> = [0.0, 1.0, 1.0, 0.5, 2.0, -1.0, 3.5]
-            .into_iter()
-            .filter(|p| rising.admits(*p))
-            .collect();
-        assert_eq!(admitted, [0.0, 1.0, 2.0, 3.5]);
-    }
-
     /// A call's id is the request id as `Display` writes it.
     #[test]
     fn call_ids_are_request_ids_as_text() {

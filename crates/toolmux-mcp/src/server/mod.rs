@@ -6,8 +6,9 @@
 //! - `tools/list` with pagination (`page_size` tools a page, an opaque cursor); hidden tools
 //!   (`visible: false`) are not listed but can be called; annotations are mapped to MCP's
 //!   hints (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`, `title`).
-//! - `tools/call`: the client's `progressToken` becomes the call's progress sink and each
-//!   report a `notifications/progress`; `notifications/cancelled` cancels the call's
+//! - `tools/call`: the client's `progressToken` becomes the call's progress sink and its
+//!   reports `notifications/progress`, coalesced to at most one every 50 ms, the latest,
+//!   the last before the result; `notifications/cancelled` cancels the call's
 //!   [`CallContext`](toolmux_core::CallContext); every failure of the tool, `Err` or an output
 //!   flagged `is_error`, is a result with `isError: true` and the message as text (only an
 //!   unknown tool is a JSON-RPC error, `-32602`, as MCP specifies). Each MCP session is one
@@ -83,6 +84,7 @@ mod malformed;
 mod names;
 mod oauth;
 mod profile;
+mod progress;
 mod session;
 mod sessions;
 mod settle;

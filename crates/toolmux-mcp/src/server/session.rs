@@ -709,7 +709,14 @@ impl Router {
             let mut sinks = sinks(notify, meta);
             sinks.early = Some({
                 let answering = answering.clone();
-                EarlyAnswer::new(move |json| answering.give_raw(json))
+                // The call's last progress report goes out before its result.
+                let gate = sinks.progress.clone();
+                EarlyAnswer::new(move |json| {
+                    if let Some(gate) = &gate {
+                        gate.finish();
+                    }
+                    answering.give_raw(json)
+                })
             });
             let cancel = answering.cancel.clone();
             let call = gateway.relay_direct(&local, &arguments, &id, cancel, peer, sinks);
@@ -874,6 +881,7 @@ fn sinks(notify: Notify, meta: Option<CallMeta>) -> CallSinks {
         }
         None => (None, None, None),
     };
+    let progress = progress.map(|token| CallSinks::progress_gate(token, notify.clone()));
     CallSinks { progress, notify, trace, trace_state, early: None }
 }
 

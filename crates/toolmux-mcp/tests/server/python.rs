@@ -53,9 +53,15 @@ fn check_common(summary: &Value, bulk: u64) {
     assert_eq!(summary["image"], serde_json::json!(["text", "image"]));
     assert_eq!(summary["structured"], serde_json::json!({"n": 42}));
     assert_eq!(summary["progress_result"], "done");
+    // Reports closer together than the gateway's progress interval are coalesced: the
+    // first goes out at once, the last before the result, the middle one only when the tool
+    // was slow to make it.
+    let mut progress = summary["progress"].as_array().cloned().unwrap_or_default();
+    progress.retain(|report| report[0] != 2.0);
     assert_eq!(
-        summary["progress"],
-        serde_json::json!([[1.0, 3.0, "step 1"], [2.0, 3.0, "step 2"], [3.0, 3.0, "step 3"]])
+        Value::Array(progress),
+        serde_json::json!([[1.0, 3.0, "step 1"], [3.0, 3.0, "step 3"]]),
+        "{summary}"
     );
     assert_eq!(summary["hidden_listed"], false);
     assert!(summary["cancelled"].as_u64().unwrap_or(0) >= 1, "{summary}");

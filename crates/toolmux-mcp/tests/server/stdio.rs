@@ -204,19 +204,23 @@ async fn progress_reaches_the_client(lifecycle: Lifecycle) {
     options.meta = Some(meta);
     let handle = within(client.send_cancellable_request(request, options)).await.unwrap();
     within(handle.await_response()).await.unwrap();
-    // Notifications are sent before the response, but handled on their own task.
-    eventually("three progress reports", || async { recorder.progress.lock().unwrap().len() == 3 })
-        .await;
+    // Notifications are sent before the response, but handled on their own task. Reports
+    // closer together than the gateway's progress interval are coalesced: the first goes out
+    // at once and the last before the result, the middle one only when the tool was slow.
+    eventually("the last progress report", || async {
+        recorder.progress.lock().unwrap().last().is_some_and(|p| p.progress == 3.0)
+    })
+    .await;
     let reports: Vec<String> = recorder
         .progress
         .lock()
         .unwrap()
         .iter()
         .map(|p| format!("{}:{}/{:?} {:?}", p.progress_token.0, p.progress, p.total, p.message))
+        .filter(|report| !report.starts_with("0:2/"))
         .collect();
     expect![[r#"
         0:1/Some(3.0) Some("step 1")
-        0:2/Some(3.0) Some("step 2")
         0:3/Some(3.0) Some("step 3")"#]]
     .assert_eq(&reports.join("\n"));
 }
@@ -424,13 +428,15 @@ type BoxedRead = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
 type BoxedWrite = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
 
 /// A raw JSON-RPC client on the server's stream: writes lines, reads lines.
-struct RawClient {
+pub(crate) struct RawClient {
     lines: tokio::io::Lines<tokio::io::BufReader<BoxedRead>>,
     writer: BoxedWrite,
 }
 
 impl RawClient {
-    fn new(stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static) -> Self {
+    pub(crate) fn new(
+        stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+    ) -> Self {
         use tokio::io::AsyncBufReadExt;
         let (reader, writer) = tokio::io::split(stream);
         let reader: BoxedRead = Box::new(reader);
@@ -438,7 +444,7 @@ impl RawClient {
     }
 
     /// The `initialize` handshake of a client that can answer elicitations.
-    async fn handshake(&mut self) {
+    pub(crate) async fn handshake(&mut self) {
         self.send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
             "protocolVersion": "2025-11-25",
             "capabilities": {"elicitation": {"form": {}}},
@@ -449,7 +455,7 @@ impl RawClient {
         self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
     }
 
-    async fn send(&mut self, message: serde_json::Value) {
+    pub(crate) async fn send(&mut self, message: serde_json::Value) {
         self.send_line(&message.to_string()).await;
     }
 
@@ -460,7 +466,7 @@ impl RawClient {
         within(self.writer.write_all(line.as_bytes())).await.unwrap();
     }
 
-    async fn next(&mut self) -> serde_json::Value {
+    pub(crate) async fn next(&mut self) -> serde_json::Value {
         let line = within(self.lines.next_line()).await.unwrap().expect("a line");
         serde_json::from_str(&line).unwrap()
     }

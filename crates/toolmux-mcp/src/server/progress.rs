@@ -1,0 +1,191 @@
+//! A call's progress reports on their way to the client, coalesced: at most one every
+//! [`PROGRESS_INTERVAL`], always the latest, rising, and the last one before the result.
+//!
+//! An upstream tool may report progress far faster than anyone reads it (100,000 reports in
+//! one call took the call from 4 s to 9 s through `toolmux serve`, the client parsing and
+//! handling every one). The first report of a call goes out at once; one that comes sooner
+//! than [`PROGRESS_INTERVAL`] after the last one sent waits, replaced by any later one,
+//! and goes out when the interval has passed, or just before the call's result
+//! ([`ProgressGate::finish`]), never after it.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::time::Instant;
+use toolmux_core::Progress;
+
+/// The least time between two progress notifications of one call: twenty a second is as
+/// smooth as a progress bar needs, and cheap for any client to handle.
+pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Where one call's progress reports go (see the module's docs); clones share the gate.
+#[derive(Clone)]
+pub(crate) struct ProgressGate(Arc<Gate>);
+
+struct Gate {
+    state: Mutex<GateState>,
+    /// Sends a report to the client without waiting; called under the state's lock, so
+    /// that a report sent by the timer cannot pass the last one, sent by `finish`.
+    send: Box<dyn Fn(Progress) + Send + Sync>,
+}
+
+struct GateState {
+    /// The highest progress taken: MCP requires a request's progress to increase with
+    /// every notification, so a report that does not is dropped.
+    highest: f64,
+    /// When the last report went out.
+    sent_at: Option<Instant>,
+    /// The latest report not yet sent.
+    // Invariant: `Some` only while `timer` is set (a send is due).
+    pending: Option<Progress>,
+    /// A task sends `pending` when the interval has passed.
+    timer: bool,
+    /// The call has ended: nothing more goes out.
+    finished: bool,
+}
+
+impl ProgressGate {
+    /// A gate sending through `send`, which must not wait.
+    pub(crate) fn new(send: impl Fn(Progress) + Send + Sync + 'static) -> Self {
+        let state = GateState {
+            highest: f64::NEG_INFINITY,
+            sent_at: None,
+            pending: None,
+            timer: false,
+            finished: false,
+        };
+        ProgressGate(Arc::new(Gate { state: Mutex::new(state), send: Box::new(send) }))
+    }
+
+    /// Takes a report of the call: sent now when the interval since the last one has
+    /// passed, else kept (in place of any kept before) to go out when it has.
+    pub(crate) fn offer(&self, progress: Progress) {
+        let gate = &self.0;
+        let mut state = gate.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.finished || progress.progress <= state.highest {
+            return;
+        }
+        state.highest = progress.progress;
+        if state.timer {
+            state.pending = Some(progress);
+            return;
+        }
+        let now = Instant::now();
+        let due = match state.sent_at {
+            Some(at) if now < at + PROGRESS_INTERVAL => at + PROGRESS_INTERVAL,
+            _ => {
+                state.sent_at = Some(now);
+                (gate.send)(progress);
+                return;
+            }
+        };
+        // Outside a runtime no timer can be set: the report goes out as it is.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            state.sent_at = Some(now);
+            (gate.send)(progress);
+            return;
+        };
+        state.pending = Some(progress);
+        state.timer = true;
+        // A weak reference: a call that ended without `finish` (dropped) sends nothing.
+        let weak: Weak<Gate> = Arc::downgrade(gate);
+        runtime.spawn(async move {
+            tokio::time::sleep_until(due).await;
+            if let Some(gate) = weak.upgrade() {
+                gate.fire();
+            }
+        });
+    }
+
+    /// The call has ended: the report kept, if any, goes out now, before the result, and
+    /// later ones are dropped.
+    pub(crate) fn finish(&self) {
+        let gate = &self.0;
+        let mut state = gate.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.finished {
+            return;
+        }
+        state.finished = true;
+        if let Some(progress) = state.pending.take() {
+            (gate.send)(progress);
+        }
+    }
+}
+
+impl Gate {
+    /// The interval has passed: the kept report goes out.
+    fn fire(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.timer = false;
+        if state.finished {
+            return;
+        }
+        if let Some(progress) = state.pending.take() {
+            state.sent_at = Some(Instant::now());
+            (self.send)(progress);
+        }
+    }
+}
+
+impl std::fmt::Debug for ProgressGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressGate")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recording() -> (ProgressGate, Arc<Mutex<Vec<f64>>>) {
+        let sent: Arc<Mutex<Vec<f64>>> = Arc::default();
+        let gate = ProgressGate::new({
+            let sent = sent.clone();
+            move |p: Progress| sent.lock().unwrap().push(p.progress)
+        });
+        (gate, sent)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_sends_its_first_and_then_its_latest_report() {
+        let (gate, sent) = recording();
+        for i in 1..=1000 {
+            gate.offer(Progress::new(f64::from(i), None));
+        }
+        assert_eq!(*sent.lock().unwrap(), [1.0]);
+        tokio::time::sleep(PROGRESS_INTERVAL).await;
+        tokio::task::yield_now().await;
+        assert_eq!(*sent.lock().unwrap(), [1.0, 1000.0]);
+        // Reports that do not rise are dropped; a later one waits out the interval.
+        gate.offer(Progress::new(1000.0, None));
+        gate.offer(Progress::new(1001.0, None));
+        assert_eq!(*sent.lock().unwrap(), [1.0, 1000.0]);
+        gate.finish();
+        assert_eq!(*sent.lock().unwrap(), [1.0, 1000.0, 1001.0]);
+        // Nothing goes out after the result, from the timer or a late report.
+        gate.offer(Progress::new(2000.0, None));
+        tokio::time::sleep(PROGRESS_INTERVAL * 2).await;
+        assert_eq!(*sent.lock().unwrap(), [1.0, 1000.0, 1001.0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_that_does_not_rise_is_dropped() {
+        let (gate, sent) = recording();
+        for progress in [0.0, 1.0, 1.0, 0.5, 2.0, -1.0, 3.5] {
+            gate.offer(Progress::new(progress, None));
+            tokio::time::sleep(PROGRESS_INTERVAL).await;
+        }
+        assert_eq!(*sent.lock().unwrap(), [0.0, 1.0, 2.0, 3.5]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reports_further_apart_than_the_interval_all_go_out_at_once() {
+        let (gate, sent) = recording();
+        for i in 1..=3 {
+            gate.offer(Progress::new(f64::from(i), None));
+            assert_eq!(sent.lock().unwrap().len(), i as usize);
+            tokio::time::sleep(PROGRESS_INTERVAL).await;
+        }
+        gate.finish();
+        assert_eq!(*sent.lock().unwrap(), [1.0, 2.0, 3.0]);
+    }
+}

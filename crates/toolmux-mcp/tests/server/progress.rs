@@ -1,0 +1,147 @@
+//! A flood of progress from a real upstream (a server on the official Python SDK reporting
+//! thousands of times in one call) reaches the client coalesced: far fewer notifications,
+//! rising, the last one sent before the result, over stdio (both paths) and HTTP.
+
+use crate::stdio::RawClient;
+use crate::support::{HttpServer, install_crypto, peer, socket_pair, within};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use toolmux_core::{CallContext, ProgressSink, ToolProvider};
+use toolmux_mcp::server::ServeOptions;
+use toolmux_mcp::{McpProvider, McpServerConfig};
+
+/// How many reports the upstream sends in one call.
+const FLOOD: u64 = 10_000;
+
+/// An MCP provider of the Python flood server and its `flood` tool's name, checked to
+/// flood a direct call's sink.
+async fn flood_provider() -> (Arc<McpProvider>, String) {
+    let python = peer("python/venv/bin/python", "mcp (PyPI)");
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/progress_flood_server.py");
+    let config =
+        McpServerConfig::stdio(python.display().to_string(), [script.display().to_string()])
+            .with_base_dir(std::env::temp_dir());
+    let provider = Arc::new(McpProvider::new("py", config).unwrap());
+    let tools = within(provider.list_tools()).await.unwrap();
+    let name =
+        tools.iter().find(|t| t.name.ends_with("flood")).expect("the flood tool").name.clone();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let sink = {
+        let seen = seen.clone();
+        ProgressSink::new(move |_| {
+            seen.fetch_add(1, Ordering::Relaxed);
+        })
+    };
+    let ctx = CallContext::new().with_progress(sink);
+    let out = within(provider.call(&name, json!({"count": FLOOD}), &ctx)).await.unwrap();
+    assert_eq!(out.to_text(), format!("flooded {FLOOD}"));
+    let seen = seen.load(Ordering::Relaxed) as u64;
+    assert!(seen > FLOOD / 2, "the upstream floods: {seen} reports of {FLOOD}");
+    (provider, name)
+}
+
+/// Checks the progress notifications of token `token` among `messages` (in the order the
+/// client read them, up to and including the call's result, with id `id`).
+fn check_coalesced(messages: &[Value], token: &str, id: &Value) {
+    let answer = messages.iter().position(|m| &m["id"] == id).expect("the call's result");
+    assert_eq!(
+        messages[answer]["result"]["content"][0]["text"],
+        format!("flooded {FLOOD}"),
+        "{}",
+        messages[answer]
+    );
+    let reported: Vec<f64> = messages[..answer]
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .map(|m| {
+            assert_eq!(m["params"]["progressToken"], token, "{m}");
+            m["params"]["progress"].as_f64().unwrap()
+        })
+        .collect();
+    let after = messages[answer + 1..].iter().filter(|m| m["method"] == "notifications/progress");
+    assert_eq!(after.count(), 0, "no progress after the result");
+    assert!(!reported.is_empty(), "progress reached the client");
+    assert!(
+        (reported.len() as u64) < FLOOD / 20,
+        "{} of {FLOOD} reports were sent, not coalesced",
+        reported.len()
+    );
+    assert!(reported.windows(2).all(|w| w[0] < w[1]), "progress rises: {reported:?}");
+    assert_eq!(reported.last().copied(), Some(FLOOD as f64), "the final report is sent");
+}
+
+/// Through `serve --stdio`'s session, on the direct path (a progress token only, relayed)
+/// and rmcp's (more in `_meta`), the client reads a few rising reports, the final one
+/// before the result. (How long the call takes is a benchmark's business, not a test's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_progress_flood_reaches_a_stdio_client_coalesced() {
+    let (provider, name) = flood_provider().await;
+    let (stream, server) = socket_pair(provider.clone(), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    client.handshake().await;
+    let metas =
+        [json!({"progressToken": "p0"}), json!({"progressToken": "p1", "toolmux/runId": "r"})];
+    for (id, meta) in metas.into_iter().enumerate() {
+        client
+            .send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                "name": name, "arguments": {"count": FLOOD}, "_meta": meta
+            }}))
+            .await;
+        let mut messages = Vec::new();
+        while messages.last().is_none_or(|m: &Value| m["id"] != id) {
+            messages.push(client.next().await);
+        }
+        check_coalesced(&messages, &format!("p{id}"), &json!(id));
+    }
+    drop(client);
+    within(server).await.unwrap().unwrap();
+    provider.shutdown().await.unwrap();
+}
+
+/// Over streamable HTTP, a stateless call's event stream holds a few rising reports, the
+/// final one before the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_progress_flood_reaches_an_http_client_coalesced() {
+    let (provider, name) = flood_provider().await;
+    let server = HttpServer::start(provider.clone(), ServeOptions::default()).await;
+    let body = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {
+            "name": name,
+            "arguments": {"count": FLOOD},
+            "_meta": {
+                "progressToken": "h",
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }
+        }
+    });
+    install_crypto();
+    let response = within(
+        reqwest::Client::new()
+            .post(server.url())
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", &name)
+            .body(body.to_string())
+            .send(),
+    )
+    .await
+    .expect("response");
+    assert_eq!(response.status().as_u16(), 200);
+    let text = within(response.text()).await.expect("body");
+    let messages: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter(|data| !data.trim().is_empty())
+        .map(|data| serde_json::from_str(data.trim()).expect("a JSON-RPC message"))
+        .collect();
+    check_coalesced(&messages, "h", &json!(7));
+    server.shutdown.cancel();
+    provider.shutdown().await.unwrap();
+}
