@@ -583,6 +583,11 @@ mod tests {
             ("echo `date`", "ask"),
             ("ls 'a b'", "deny"),
             ("ls", "allow"),
+            ("ls\u{a0}x", "ask"),
+            ("ls\u{2003}x", "ask"),
+            ("ls\u{b}touch", "ask"),
+            ("ls\r", "ask"),
+            ("ls\tx", "deny"),
         ] {
             let p = judge_command(&rules, "fs__bash", line);
             assert_eq!(verdict(&p), want, "{line}: {p:?}");
@@ -593,6 +598,10 @@ mod tests {
             .assert_eq(&format!("{:?}", judge_command(&rules, "fs__bash", "git status; curl x")));
         expect![[r#"Ask("a command line with a command substitution (which `permissions.allow` rules cannot judge)")"#]]
             .assert_eq(&format!("{:?}", judge_command(&rules, "fs__bash", "echo `date`")));
+        // A program named `ls x` with a no-break space is not `ls x`: no hint of a rule.
+        let allows_ls = PermissionRules::default().allow("fs__bash(ls *)");
+        expect![[r#"Ask("a command line with a space or control character that bash does not split words at (only spaces and tabs) (which `permissions.allow` rules cannot judge)")"#]]
+            .assert_eq(&format!("{:?}", judge_command(&allows_ls, "fs__bash", "ls\u{a0}x")));
         // The plain rules of other tools are untouched, and a plain allow covers every call.
         assert_eq!(rules.decide("fs__read", &any()), Permission::Allow);
         let open = PermissionRules::default().deny("fs__bash(rm *)");

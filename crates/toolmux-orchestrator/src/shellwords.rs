@@ -19,6 +19,12 @@ pub(crate) const NAMED_BY_EXPANSION: &str = "a command named by an expansion";
 /// given is no more on the line than what `make` or `npm test` runs.)
 pub(crate) const SHELL_READS_COMMANDS: &str = "a shell that reads its commands from its input";
 
+/// Why a line is opaque when it holds, outside quotes, a space bash does not split words
+/// at (a no-break space, an em space) or a control character other than a tab or a line
+/// break.
+pub(crate) const ODD_SPACE: &str =
+    "a space or control character that bash does not split words at (only spaces and tabs)";
+
 /// Whether a line opaque for `why` hides what it runs from deny and ask rules too, not
 /// only from allow rules.
 pub(crate) fn hides_commands(why: Option<&str>) -> bool {
@@ -177,6 +183,14 @@ fn split_words(line: &str) -> Line {
                 s.word = prefix;
                 i = s.redirection(&chars, i);
                 continue;
+            }
+            // bash splits words at spaces and tabs only: `ls\u{a0}x` is one word, a program
+            // that only looks like `ls x`, and a carriage return or a vertical tab is part of
+            // a word too. Such a line is judged by no allow rule (nor shown in a hint as if
+            // split).
+            c if c != '\n' && c != '\t' && (c.is_whitespace() || c.is_control()) => {
+                s.opaque(ODD_SPACE);
+                s.push(c);
             }
             _ => s.push(c),
         }

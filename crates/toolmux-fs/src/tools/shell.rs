@@ -45,6 +45,14 @@ pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(15);
 /// chain, substitute or redirect are refused, since a prefix check could not see past them.
 const SHELL_OPERATORS: &[char] = &[';', '&', '|', '$', '`', '<', '>', '(', ')', '\n', '\r', '\\'];
 
+/// Whether `c` would make a word split differently by bash than by a reader who sees
+/// spaces: any space but a plain one or a tab (`cat\u{a0}notes` is one program name to
+/// bash), and any control character (a vertical tab, a NUL, a carriage return are parts of
+/// words to bash).
+fn splits_apart(c: char) -> bool {
+    c != ' ' && c != '\t' && (c.is_whitespace() || c.is_control())
+}
+
 /// Arguments of `bash`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -180,7 +188,21 @@ pub(crate) fn check_allowed(config: &BashConfig, program: &Program) -> Result<()
                     ),
                 });
             }
-            command.split_whitespace().collect()
+            if let Some(odd) = command.chars().find(|&c| splits_apart(c)) {
+                return Err(FsError::CommandDenied {
+                    command: label,
+                    reason: format!(
+                        "it contains the character U+{:04X}, {}, which is refused when an \
+                         allow-list of command prefixes is configured: bash splits words only \
+                         at spaces and tabs, so what looks like a prefix could be part of a \
+                         program's name; use plain spaces, or `exec` with an argv",
+                        u32::from(odd),
+                        if odd.is_whitespace() { "a space" } else { "a control character" },
+                    ),
+                });
+            }
+            // As bash splits words: at spaces and tabs only.
+            command.split([' ', '\t']).filter(|w| !w.is_empty()).collect()
         }
         Program::Argv(argv) => argv.iter().map(String::as_str).collect(),
     };
@@ -898,5 +920,17 @@ mod tests {
         assert!(check_allowed(&c, &Program::Argv(vec!["ls".into(), ";rm".into()])).is_ok());
         assert!(check_allowed(&c, &Program::Argv(vec!["rm".into()])).is_err());
         assert!(check_allowed(&config(&[]), &Program::Shell("anything | at all".into())).is_ok());
+        assert!(check_allowed(&c, &Program::Shell("ls\t-la".into())).is_ok());
+        for odd in [
+            "ls\u{a0}x",
+            "ls\u{2003}x",
+            "ls\u{b}x",
+            "ls\u{c}x",
+            "ls\u{2028}x",
+            "ls\0x",
+            "ls\u{85}x",
+        ] {
+            assert!(check_allowed(&c, &Program::Shell(odd.into())).is_err(), "{odd:?}");
+        }
     }
 }

@@ -323,6 +323,27 @@ async fn allow_list_and_env_passthrough() {
         .assert_eq(&fx.err("exec", json!({"argv": ["rm", "-rf", "x"]})).await);
 }
 
+/// bash splits words at spaces and tabs only: `cat\u{a0}notes` is one program, named
+/// `cat notes` with a no-break space, that bash looks for in PATH (where an agent may have
+/// put one), not `cat`. The allow-list refuses such a line instead of reading it as `cat`.
+#[tokio::test]
+async fn the_allow_list_refuses_spaces_bash_does_not_split_at() {
+    let fx = Fixture::with(|c| {
+        c.with_bash(BashConfig { allow_prefixes: vec!["cat".into()], ..BashConfig::default() })
+    });
+    fx.put("notes", "plain\n");
+    assert_eq!(
+        fx.ok("bash", json!({"command": "cat\tnotes"})).await,
+        "exit code 0\n--- stdout ---\nplain"
+    );
+    let err = fx.err("bash", json!({"command": "cat\u{a0}notes"})).await;
+    assert!(err.contains("U+00A0, a space, which is refused"), "{err}");
+    for odd in ["cat\u{2003}notes", "cat\u{b}notes", "cat notes\u{c}x", "cat\u{2028}notes"] {
+        let err = fx.err("bash", json!({"command": odd})).await;
+        assert!(err.contains("bash splits words only at spaces and tabs"), "{odd:?}: {err}");
+    }
+}
+
 #[tokio::test]
 async fn execute_is_off_unless_configured() {
     let fx = Fixture::with(|c| c.with_permissions([toolmux_fs::Permission::Read]));
