@@ -185,6 +185,12 @@ impl Matcher {
         }
     }
 
+    /// Whether it names an output redirection (`fs__bash(ls > *)`).
+    fn redirects(&self) -> bool {
+        matches!(self, Matcher::Command { words, .. }
+            if words.iter().any(|w| shellwords::is_redirection(w) && w.contains('>')))
+    }
+
     /// Whether this matches every call whatever it does (`fs__bash(*)`).
     fn everything(&self) -> bool {
         match self {
@@ -337,6 +343,22 @@ impl CallRules {
         }
         let mut covered_any = false;
         for command in &view.commands {
+            // A rule on a command covers what the command does, not a file the shell
+            // writes for it (`ls > notes.txt` skips the file tools' read-first check): a
+            // redirection needs a rule that names one.
+            if let Some((operator, target)) = shellwords::file_redirection(command)
+                && self.allow.iter().any(|r| r.matcher.command(command))
+                && !self.allow.iter().any(|r| r.matcher.command(command) && r.matcher.redirects())
+            {
+                return Permission::Ask(format!(
+                    "command `{}` writes `{}` by a redirection (`{operator}`), which a rule on \
+                     the command does not cover; an allow rule naming the redirection \
+                     (`{tool}({} {operator} *)`) would",
+                    shorten(&command.join(" ")),
+                    shorten(target),
+                    command.first().map_or("", String::as_str),
+                ));
+            }
             if !self.allow.iter().any(|r| r.matcher.command(command)) {
                 let program = command.first().map_or("", String::as_str);
                 return Permission::Deny(format!(
@@ -598,6 +620,36 @@ mod tests {
             .assert_eq(&format!("{:?}", judge_command(&rules, "fs__bash", "git status; curl x")));
         expect![[r#"Ask("a command line with a command substitution (which `permissions.allow` rules cannot judge)")"#]]
             .assert_eq(&format!("{:?}", judge_command(&rules, "fs__bash", "echo `date`")));
+        // A rule on a command does not cover a file it writes by a redirection.
+        let reads = PermissionRules::default()
+            .allow("fs__bash(ls *)")
+            .allow("fs__bash(cat *)")
+            .allow("fs__bash(echo > *)");
+        for (line, want) in [
+            ("cat /dev/null > keep.txt", "ask"),
+            ("ls > keep.txt", "ask"),
+            ("ls >> log.txt", "ask"),
+            ("ls >| keep.txt", "ask"),
+            ("ls &> keep.txt", "ask"),
+            ("ls 2> err.txt", "ask"),
+            ("ls>keep.txt", "ask"),
+            ("ls >& keep.txt", "ask"),
+            ("cat <> keep.txt", "ask"),
+            ("ls && cat x > keep.txt", "ask"),
+            ("ls 2>&1", "allow"),
+            ("ls >&2", "allow"),
+            ("ls > /dev/null", "allow"),
+            ("ls 2>/dev/null", "allow"),
+            ("cat < in.txt", "allow"),
+            ("ls | cat", "allow"),
+            ("echo > x.txt", "allow"),
+            ("rm x > y", "deny"),
+        ] {
+            let p = judge_command(&reads, "fs__bash", line);
+            assert_eq!(verdict(&p), want, "{line}: {p:?}");
+        }
+        expect![[r#"Ask("command `ls > keep.txt` writes `keep.txt` by a redirection (`>`), which a rule on the command does not cover; an allow rule naming the redirection (`fs__bash(ls > *)`) would")"#]]
+            .assert_eq(&format!("{:?}", judge_command(&reads, "fs__bash", "ls > keep.txt")));
         // A program named `ls x` with a no-break space is not `ls x`: no hint of a rule.
         let allows_ls = PermissionRules::default().allow("fs__bash(ls *)");
         expect![[r#"Ask("a command line with a space or control character that bash does not split words at (only spaces and tabs) (which `permissions.allow` rules cannot judge)")"#]]

@@ -258,8 +258,24 @@ fn reads_commands(command: &[String]) -> bool {
     true
 }
 
+/// The first output redirection of `command` that writes a file (`> f`, `>> f`, `>| f`,
+/// `&> f`, `2> f`, `>& f`, `<> f`), as its operator and target: neither a duplication
+/// (`2>&1`, `>&2`, `>&-`) nor one to `/dev/null` is.
+pub(crate) fn file_redirection(command: &[String]) -> Option<(&str, &str)> {
+    command.iter().enumerate().find_map(|(i, word)| {
+        if !is_redirection(word) || !word.contains('>') {
+            return None;
+        }
+        let duplication = word
+            .rsplit_once('&')
+            .is_some_and(|(before, after)| before.ends_with('>') && !after.is_empty());
+        let target = command.get(i + 1).map_or("", String::as_str);
+        (!duplication && target != "/dev/null").then_some((word.as_str(), target))
+    })
+}
+
 /// Whether `word` is a redirection operator as [`split`] keeps it (`>`, `2>&1`, `<<<`).
-fn is_redirection(word: &str) -> bool {
+pub(crate) fn is_redirection(word: &str) -> bool {
     let operator = word.trim_start_matches(|c: char| c.is_ascii_digit());
     operator.starts_with(['<', '>', '&']) && operator.chars().all(|c| "<>&|-0123456789".contains(c))
 }
