@@ -883,6 +883,7 @@ impl Drop for AuditLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolmux_test_support::blocking::{fifo, within_10s};
 
     #[test]
     fn buckets_are_monotonic_and_close() {
@@ -1065,37 +1066,11 @@ mod tests {
         assert_eq!(stats.snapshot().tools["a__b"].avg_ok_ms, 15.0);
     }
 
-    /// A new FIFO `name` in `dir`, which nothing reads or writes: opening it without care
-    /// waits for ever.
-    fn fifo(dir: &Path, name: &str) -> PathBuf {
-        let path = dir.join(name);
-        // mknodat rather than running mkfifo: tidy allows no process spawned here.
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &path,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap_or_else(|e| panic!("cannot make the FIFO {}: {e}", path.display()));
-        path
-    }
-
-    /// What `work` gives, run on a thread of its own, failing the test after 10 s should it
-    /// block (on a FIFO) instead of hanging it.
-    fn within_10s<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-        let (sender, receiver) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = sender.send(work());
-        });
-        receiver.recv_timeout(Duration::from_secs(10)).expect("did not end within 10 s: blocked")
-    }
-
     #[test]
     fn a_fifo_as_statistics_file_is_refused_and_left_in_place() {
         let dir = tempfile::tempdir().unwrap();
         let path = fifo(dir.path(), "stats.json");
-        let (loaded, saved) = within_10s({
+        let (loaded, saved) = within_10s("loading and saving", {
             let path = path.clone();
             move || {
                 let stats = Stats::default();
@@ -1122,7 +1097,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("stats.json");
         fifo(dir.path(), "stats.json.lock");
-        let saved = within_10s({
+        let saved = within_10s("saving", {
             let path = path.clone();
             move || {
                 let stats = Stats::default();
@@ -1154,7 +1129,7 @@ mod tests {
     fn an_audit_log_that_is_not_a_regular_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let pipe = fifo(dir.path(), "audit.jsonl");
-        let opened = within_10s(move || AuditLog::open(&pipe).map(drop));
+        let opened = within_10s("opening the audit log", move || AuditLog::open(&pipe).map(drop));
         let Err(e) = opened else { panic!("a FIFO is no audit log") };
         assert_eq!(e.path, dir.path().join("audit.jsonl"));
         assert!(e.to_string().contains(&e.path.display().to_string()), "{e}");

@@ -24,6 +24,8 @@
 //! ```
 #![deny(missing_docs)]
 
+#[cfg(unix)]
+pub mod blocking;
 pub mod conformance;
 pub mod llm;
 pub mod loopback;

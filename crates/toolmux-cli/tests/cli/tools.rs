@@ -611,10 +611,13 @@ fn a_command_tools_binary_output_is_saved_in_the_spill_dir() {
     assert_eq!(std::fs::read(&saved[0]).expect("the saved output"), written);
 }
 
-/// A one-page HTTP server on loopback, answering every request with `page` as HTML from a
-/// thread of its own; returns its base URL.
-fn serve_page(page: &'static str) -> String {
+/// A one-page HTTP server on loopback, answering every request with `page` as HTML under
+/// `status` (`200 OK`, `500 Internal Server Error`) from a thread of its own, but
+/// `/robots.txt` with 404 (no rules, where an error status would forbid every page);
+/// returns its base URL.
+fn serve_page(status: &'static str, page: impl Into<String>) -> String {
     use std::io::{Read as _, Write as _};
+    let page = page.into();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     let base = format!("http://{}", listener.local_addr().expect("an address"));
     std::thread::spawn(move || {
@@ -622,8 +625,14 @@ fn serve_page(page: &'static str) -> String {
             let Ok(mut stream) = stream else { return };
             let mut request = [0u8; 4096];
             let _ = stream.read(&mut request);
+            if request.starts_with(b"GET /robots.txt") {
+                let none =
+                    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+                let _ = stream.write_all(none.as_bytes());
+                continue;
+            }
             let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                "HTTP/1.1 {status}\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                 page.len()
             );
             let _ = stream.write_all(head.as_bytes());
@@ -638,6 +647,7 @@ fn serve_page(page: &'static str) -> String {
 #[test]
 fn web_fetch_reads_pages_and_refuses_local_addresses_by_default() {
     let base = serve_page(
+        "200 OK",
         "<html><head><title>Notes</title></head><body><main><h1>Hello</h1><p>A <a href=\"/x\">link</a>.</p></main></body></html>",
     );
     let project = Project::new();
@@ -668,31 +678,10 @@ fn web_fetch_reads_pages_and_refuses_local_addresses_by_default() {
 /// goes out as `[redacted]` cut, never as its first characters.
 #[test]
 fn web_fetch_error_excerpts_hide_configured_secrets_split_by_the_cut() {
-    use std::io::{Read as _, Write as _};
     let secret = "tok-ABCDEFGHIJKLMNOPQRSTUVWXYZ";
     // The excerpt keeps 600 characters: 591 of padding, a space, then 8 of the secret.
     let page = format!("<html><body><p>{} {secret} end</p></body></html>", "x".repeat(591));
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    let base = format!("http://{}", listener.local_addr().expect("an address"));
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut request = [0u8; 4096];
-            let _ = stream.read(&mut request);
-            if request.starts_with(b"GET /robots.txt") {
-                let none =
-                    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-                let _ = stream.write_all(none.as_bytes());
-                continue;
-            }
-            let head = format!(
-                "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                page.len()
-            );
-            let _ = stream.write_all(head.as_bytes());
-            let _ = stream.write_all(page.as_bytes());
-        }
-    });
+    let base = serve_page("500 Internal Server Error", page);
     let project = Project::new().env("WEB_TEST_SECRET", secret);
     project.file(
         "toolmux.yaml",
