@@ -174,7 +174,7 @@ pub enum FsError {
         message: String,
     },
     /// A command is not on the configured allow-list.
-    #[error("command `{command}` is not allowed: {reason}")]
+    #[error("command `{}` is not allowed: {reason}", excerpt(.command))]
     CommandDenied {
         /// The command.
         command: String,
@@ -182,15 +182,16 @@ pub enum FsError {
         reason: String,
     },
     /// A command cannot run in the sandbox configured for it.
-    #[error("command `{command}` cannot run sandboxed: {reason}")]
+    #[error("command `{}` cannot run sandboxed: {reason}", excerpt(.command))]
     Sandbox {
         /// The command.
         command: String,
         /// Why, and how to switch the sandbox off.
         reason: String,
     },
-    /// A command could not be started.
-    #[error("failed to start `{command}`")]
+    /// A command could not be started. The reason comes first: a command of megabytes
+    /// is shown as an excerpt, after it.
+    #[error("failed to start a command: {}: `{}`", spawn_reason(.source, .command), excerpt(.command))]
     Spawn {
         /// The command.
         command: String,
@@ -286,6 +287,37 @@ impl FsError {
 fn is_escape(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::PermissionDenied
         && err.to_string().contains("a path led outside of the filesystem")
+}
+
+/// Bytes of a command an error message shows whole; a longer one is cut to an excerpt
+/// saying its size (a command of megabytes filled the message, and a client's cap on it
+/// cut the reason off).
+const COMMAND_SHOWN: usize = 200;
+
+/// `command` as error messages show it: whole when short, else its start and its size.
+fn excerpt(command: &str) -> String {
+    if command.len() <= COMMAND_SHOWN {
+        return command.to_owned();
+    }
+    let mut cut = COMMAND_SHOWN - 40;
+    while !command.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… ({} bytes in all)", &command[..cut], command.len())
+}
+
+/// Why a command did not start, with what to do when its line was too long for the kernel.
+fn spawn_reason(source: &io::Error, command: &str) -> String {
+    if source.raw_os_error() == Some(libc::E2BIG) {
+        format!(
+            "{source}: the command is {} bytes, and the kernel takes at most 128 KiB in one \
+             argument (`bash -c` passes the whole line as one) and about 2 MiB in all; write the \
+             long part to a file and have the command read it",
+            command.len()
+        )
+    } else {
+        source.to_string()
+    }
 }
 
 #[cfg(test)]

@@ -56,7 +56,23 @@ async fn exec_takes_argv_without_a_shell() {
     expect!["invalid arguments for `fs__exec`: at /: `argv` is empty: give the program and its arguments"]
         .assert_eq(&fx.err("exec", json!({"argv": []})).await);
     let err = fx.err("exec", json!({"argv": ["/no/such/program"]})).await;
-    assert!(err.starts_with("failed to start `/no/such/program`"), "{err}");
+    expect![
+        "failed to start a command: No such file or directory (os error 2): `/no/such/program`"
+    ]
+    .assert_eq(&err);
+}
+
+/// A command line too long for the kernel (6 MB of `ls x x …`) fails saying why first, with
+/// what to do, and shows only the start of the command: the whole of it, echoed, filled
+/// the message and a client's cap cut the reason off.
+#[tokio::test]
+async fn a_command_too_long_to_start_says_why_before_an_excerpt() {
+    let fx = Fixture::new();
+    let command = format!("ls{}", " x".repeat(3_000_000));
+    let err = fx.err("bash", json!({"command": command})).await;
+    assert!(err.len() < 1_000, "{} bytes: {}", err.len(), &err[..1_000]);
+    expect!["failed to start a command: Argument list too long (os error 7): the command is 6000002 bytes, and the kernel takes at most 128 KiB in one argument (`bash -c` passes the whole line as one) and about 2 MiB in all; write the long part to a file and have the command read it: `ls x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x x… (6000002 bytes in all)`"]
+        .assert_eq(&err);
 }
 
 #[tokio::test]
