@@ -90,6 +90,10 @@ pub(crate) struct Sandbox {
     matched: std::sync::Mutex<(Option<std::time::Instant>, std::sync::Arc<globs::Matched>)>,
     /// Held while the lines' matches are looked for.
     walking: tokio::sync::Mutex<()>,
+    /// Whether a walk for repositories was cut at [`REPOSITORY_WALK`]: the tree is too
+    /// large to walk before each command as well as after, so later commands are judged
+    /// by the walk after them alone (see [`Repositories::made`]).
+    repositories_cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How long what the user's lines matched is used again before the root is walked anew:
@@ -168,6 +172,7 @@ impl Sandbox {
             globs: None,
             matched: Default::default(),
             walking: tokio::sync::Mutex::new(()),
+            repositories_cut: Default::default(),
         }
     }
 
@@ -521,8 +526,9 @@ impl Sandbox {
         let root = policy.root.clone();
         let repositories = if policy.watched.contains(&root.join(".git")) {
             let walked = root.clone();
+            let cut = self.repositories_cut.clone();
             // A walk of a large tree takes tens of milliseconds: off the runtime's threads.
-            tokio::task::spawn_blocking(move || Repositories::before(&walked)).await.ok()
+            tokio::task::spawn_blocking(move || Repositories::before(&walked, cut)).await.ok()
         } else {
             None
         };
@@ -636,15 +642,22 @@ struct Repositories {
     /// change time: see [`Repositories::made`]).
     complete: bool,
     started: std::time::SystemTime,
+    /// Set once a walk of the tree is cut (shared with the sandbox).
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Repositories {
-    fn before(root: &Path) -> Repositories {
+    /// `cut`: whether a walk of this tree was cut before; then none is made now.
+    fn before(root: &Path, cut: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Repositories {
         // Change times are kept by the kernel: no command can set one back, so whatever
         // the command makes, moves or copies in has one no earlier than this.
         let started = std::time::SystemTime::now();
-        let (found, complete) = git_entries(root, REPOSITORY_WALK);
-        Repositories { before: found.into_iter().collect(), complete, started }
+        let (found, complete) = if cut.load(std::sync::atomic::Ordering::Relaxed) {
+            (Vec::new(), false)
+        } else {
+            git_entries(root, REPOSITORY_WALK)
+        };
+        Repositories { before: found.into_iter().collect(), complete, started, cut }
     }
 
     /// The `.git` entries beneath `root` now that were not there before: those the walk
@@ -689,21 +702,22 @@ impl Absent {
             moved.extend(move_aside(path, &self.root));
         }
         // The root's own `.git`, if the command made it, is gone by now.
-        let mut cut = false;
         if let Some(repositories) = &self.repositories {
             let (made, complete) = repositories.made(&self.root);
-            cut = !complete;
+            let cut_before =
+                !complete && repositories.cut.swap(true, std::sync::atomic::Ordering::Relaxed);
+            if !complete && !cut_before {
+                tracing::warn!(
+                    root = %self.root.display(),
+                    "the walk for repositories a command made beneath the workspace root took \
+                     longer than {} s and was cut: one made past where it reached stays; later \
+                     commands walk only when they end",
+                    REPOSITORY_WALK.as_secs()
+                );
+            }
             for path in made {
                 moved.extend(move_aside(&path, &self.root));
             }
-        }
-        if cut {
-            tracing::warn!(
-                root = %self.root.display(),
-                "the walk for repositories a command made beneath the workspace root took \
-                 longer than {} s and was cut: one made past where it reached stays",
-                REPOSITORY_WALK.as_secs()
-            );
         }
         (!moved.is_empty()).then(|| {
             format!(
@@ -1075,6 +1089,26 @@ mod tests {
             .map(|r| root.join(r).join(".git"))
             .collect();
         assert_eq!(found, expected);
+    }
+
+    #[test]
+    fn once_a_walk_was_cut_repositories_are_told_by_change_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("old/.git")).unwrap();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        // No walk before the command once one was cut.
+        let repositories = Repositories::before(root, cut.clone());
+        assert!(repositories.before.is_empty() && !repositories.complete);
+        std::fs::create_dir_all(root.join("new/deeper/.git")).unwrap();
+        let (mut made, complete) = repositories.made(root);
+        made.sort();
+        assert!(complete);
+        // Both changed within the second of slack: a `.git` changed before is the user's.
+        assert_eq!(made, [root.join("new/deeper/.git"), root.join("old/.git")]);
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        let after_both = Repositories { started: later, ..Repositories::before(root, cut) };
+        assert_eq!(after_both.made(root), (vec![], true));
     }
 
     #[test]
