@@ -706,13 +706,22 @@ fn line_ends_dropped(text: &str) -> String {
 }
 
 /// The plain character a typographic one stands for (curly quotes, primes, dashes, the
-/// minus sign, non-breaking and thin spaces), which models often write plain.
+/// minus sign, and every space separator of Unicode), which models often write plain.
+/// All the spaces alike: two lines that both show as `a = 1`, one with non-breaking
+/// spaces and one with figure spaces, must both match `a = 1` and so be told apart as
+/// different, where reading only some of them as spaces changed the one it read.
 pub(super) fn plain(c: char) -> char {
     match c {
         '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '\u{2032}' => '\'',
         '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{2033}' => '"',
         '\u{2012}' | '\u{2013}' | '\u{2014}' | '\u{2015}' | '\u{2212}' => '-',
-        '\u{00A0}' | '\u{2009}' | '\u{202F}' => ' ',
+        // Unicode's space separators (general category Zs) besides the space itself.
+        '\u{00A0}'
+        | '\u{1680}'
+        | '\u{2000}'..='\u{200A}'
+        | '\u{202F}'
+        | '\u{205F}'
+        | '\u{3000}' => ' ',
         other => other,
     }
 }

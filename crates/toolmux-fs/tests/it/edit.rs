@@ -458,6 +458,29 @@ async fn typographic_characters_match_plain_ones() {
     assert_eq!(fx.get("three.md"), "say \u{201C}bye\u{201D} and \u{201C}bye\u{201D}\n");
 }
 
+/// Every Unicode space separator reads as a space, not only the non-breaking one: a line
+/// with non-breaking spaces and one with figure spaces (both shown as `a = 1`) both match
+/// `a = 1`, hold different text, and nothing is guessed. Only the non-breaking one was
+/// read as a space, and the edit silently changed that line.
+#[tokio::test]
+async fn every_unicode_space_reads_as_a_space() {
+    let fx = Fixture::new();
+    let file = "a\u{00A0}=\u{00A0}1\nb = 2\na\u{2007}=\u{2007}1\n";
+    fx.put("spaces.py", file);
+    let err = fx
+        .err("edit", json!({"path": "spaces.py", "old_string": "a = 1", "new_string": "a = 9"}))
+        .await;
+    assert!(err.contains("was not found"), "{err}");
+    assert!(err.contains("matches 2 places (at lines 1, 3)"), "{err}");
+    assert_eq!(fx.get("spaces.py"), file);
+    for space in ['\u{1680}', '\u{2000}', '\u{2007}', '\u{200A}', '\u{205F}', '\u{3000}'] {
+        let name = format!("u{:04x}.py", space as u32);
+        fx.put(&name, &format!("x{space}=\u{202F}1\n"));
+        fx.ok("edit", json!({"path": name, "old_string": "x = 1", "new_string": "x = 2"})).await;
+        assert_eq!(fx.get(&name), format!("x{space}=\u{202F}2\n"), "{name}");
+    }
+}
+
 /// The loose readings combine: a CRLF file of curly quotes with spaces ending a line is
 /// found by an `old_string` of LF lines and plain quotes, and written back in the file's
 /// style and line breaks.
