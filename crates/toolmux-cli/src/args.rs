@@ -35,8 +35,13 @@ pub(crate) struct Cli {
     #[arg(short, long, global = true, value_name = "FILE", action = clap::ArgAction::Append)]
     pub(crate) config: Vec<PathBuf>,
     /// More logging on stderr: -v info, -vv debug, -vvv trace (RUST_LOG wins when set).
+    /// Without it, errors and toolmux's warnings (an upstream tool left out, a cut tool
+    /// list) are shown, one line each.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
+    /// Less logging on stderr: errors only, no warnings (RUST_LOG wins when set).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
     #[command(subcommand)]
     pub(crate) command: Command,
 }

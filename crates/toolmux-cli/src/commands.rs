@@ -7,6 +7,7 @@ use anyhow::{Context as _, bail};
 use serde_json::{Map, Value};
 use std::io::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::CancellationToken;
 use toolmux::Toolmux;
 use toolmux::config::Loaded;
@@ -187,22 +188,41 @@ impl<'writer> tracing_subscriber::fmt::FormatFields<'writer> for LogFields {
     }
 }
 
-/// Logging to stderr: `RUST_LOG` when set, else errors only, more with each `-v`. rmcp's
-/// own log lines are left out unless asked for (`-vv` or `RUST_LOG`): it logs as an error
-/// every transport it gives up on, which toolmux reports once, in its own words.
+/// Logging to stderr: `RUST_LOG` when set, else errors and the warnings of toolmux's own
+/// crates (an upstream tool left out for a malformed schema, a cut tool list, a dangling
+/// `$ref` removed: what a user of `tools list` or `serve` should know), errors only with
+/// `-q`, more with each `-v`. rmcp's own log lines are left out unless asked for (`-vv` or
+/// `RUST_LOG`): it logs as an error every transport it gives up on, which toolmux reports
+/// once, in its own words.
+///
+/// By default two kinds of warning are left out, as noise: the failed calls of
+/// `toolmux::tool` (`tools call` prints the failure, a client of `serve` gets it as the
+/// result), and warnings once toolmux stops its providers ([`finish`]), which are about
+/// servers going away as asked (a refresh cut short, a server slow to exit).
 ///
 /// `traceMCP` (`trace_mcp`) shows its lines whatever else the filter says: they are what the
 /// configuration asked for, and `RUST_LOG=off` or `warn`, often set once for every program,
 /// would otherwise drop them unseen. Its filter is joined to the other rather than written
 /// into it, since there the more specific of two directives wins, not the more verbose:
 /// `toolmux_mcp=debug` would hide the trace lines of `-vvv` or `RUST_LOG=trace`.
-pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
+pub(crate) fn init_tracing(verbose: u8, quiet: bool, trace_mcp: bool) {
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::filter::FilterExt as _;
     use tracing_subscriber::layer::{Filter, Layer as _, SubscriberExt as _};
     use tracing_subscriber::util::SubscriberInitExt as _;
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(spec) if !spec.is_empty() => EnvFilter::new(spec),
-        _ => {
+    let rust_log = std::env::var("RUST_LOG").ok().filter(|spec| !spec.is_empty());
+    // The default log is for a user, not a diagnosis: warnings without a timestamp.
+    let plain = rust_log.is_none() && verbose == 0 && !quiet && !trace_mcp;
+    let filter: Box<dyn Filter<_> + Send + Sync> = match rust_log {
+        Some(spec) => Box::new(EnvFilter::new(spec)),
+        None if verbose == 0 && !quiet => {
+            let warnings = EnvFilter::new("error,toolmux=warn,toolmux::tool=error,rmcp=off");
+            let not_stopping = tracing_subscriber::filter::filter_fn(|meta| {
+                *meta.level() == tracing::Level::ERROR || !STOPPING.load(Ordering::Relaxed)
+            });
+            Box::new(warnings.and(not_stopping).and(StartFailures))
+        }
+        None => {
             let level = match verbose {
                 0 => "error",
                 1 => "info",
@@ -210,7 +230,7 @@ pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
                 _ => "trace",
             };
             let rmcp = if verbose >= 2 { "" } else { ",rmcp=off" };
-            EnvFilter::new(format!("{level}{rmcp}"))
+            Box::new(EnvFilter::new(format!("{level}{rmcp}")))
         }
     };
     let filter: Box<dyn Filter<_> + Send + Sync> = if trace_mcp {
@@ -229,8 +249,11 @@ pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
         .fmt_fields(LogFields { escape: std::io::IsTerminal::is_terminal(&std::io::stderr()) })
         .with_writer(|| RedactedStderr)
         .with_target(verbose > 1)
-        .with_ansi(colour)
-        .with_filter(filter);
+        .with_ansi(colour);
+    let layer = match plain {
+        true => layer.without_time().with_filter(filter).boxed(),
+        false => layer.with_filter(filter).boxed(),
+    };
     // At a terminal, the model client's waits before it tries a request again are shown
     // ([`crate::waits`]), whatever the log's level: its retry events only.
     let waits = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
@@ -293,7 +316,9 @@ async fn start_waiting(
         "starting {providers} provider{}",
         if providers == 1 { "" } else { "s" }
     ));
+    WARMING.store(true, Ordering::Relaxed);
     let report = toolmux.orchestrator().warmup_within(wait).await;
+    WARMING.store(false, Ordering::Relaxed);
     spinner.finish();
     for provider in report.providers.iter().filter(|_| warn_failures) {
         match &provider.error {
@@ -313,8 +338,63 @@ async fn start_waiting(
     Ok((toolmux, report))
 }
 
+/// Set once toolmux stops its providers: the default log then leaves warnings out (see
+/// [`init_tracing`]).
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// Set while the providers start ([`start_waiting`]), which says itself which failed: the
+/// default log then leaves out the warnings that say so too (see [`StartFailures`]).
+static WARMING: AtomicBool = AtomicBool::new(false);
+
+/// Leaves out, while [`WARMING`], the warnings of a provider that failed to start (the MCP
+/// client's and the orchestrator's) and the registry's problems (a name collision), which
+/// the CLI prints once, from the warmup's report.
+#[derive(Debug, Clone, Copy)]
+struct StartFailures;
+
+impl<S> tracing_subscriber::layer::Filter<S> for StartFailures {
+    fn enabled(
+        &self,
+        _meta: &tracing::Metadata<'_>,
+        _cx: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        true
+    }
+
+    fn event_enabled(
+        &self,
+        event: &tracing::Event<'_>,
+        _cx: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        /// Whether the event's message says a provider failed to start.
+        struct Said(bool);
+        impl tracing::field::Visit for Said {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    let text = format!("{value:?}");
+                    self.0 = ["mcp server failed to start", "provider failed to start"]
+                        .iter()
+                        .any(|start| text.starts_with(start));
+                }
+            }
+        }
+        let meta = event.metadata();
+        if *meta.level() != tracing::Level::WARN || !WARMING.load(Ordering::Relaxed) {
+            return true;
+        }
+        let target = meta.target();
+        if ["toolmux_orchestrator::registry", "toolmux_orchestrator::catalog"].contains(&target) {
+            return false;
+        }
+        let mut said = Said(false);
+        event.record(&mut said);
+        !said.0
+    }
+}
+
 /// Stops everything, saving statistics; a failure to save is only a warning.
 pub(crate) async fn finish(toolmux: &Toolmux) {
+    STOPPING.store(true, Ordering::Relaxed);
     if let Err(e) = toolmux.shutdown().await {
         eprintln!("warning: {:#}", anyhow::Error::new(e));
     }

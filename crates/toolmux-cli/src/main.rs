@@ -160,7 +160,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Err(error) => return Err(error),
     };
     commands::keep_secrets(&loaded);
-    commands::init_tracing(cli.verbose, loaded.config.defaults.trace_mcp);
+    commands::init_tracing(cli.verbose, cli.quiet, loaded.config.defaults.trace_mcp);
     for warning in &loaded.warnings {
         eprintln!("warning: {warning}");
     }

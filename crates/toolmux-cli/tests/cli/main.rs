@@ -15,6 +15,7 @@ mod env_file;
 mod external;
 mod external_api;
 mod hooks;
+mod logging;
 mod oauth;
 mod output_and_stats;
 mod rest;
