@@ -94,6 +94,28 @@ pub enum FsError {
         /// The file the path goes through, as the caller spelled it.
         file: String,
     },
+    /// A path ending in `/` (a folder's spelling) at a file.
+    #[error(
+        "`{file}` is a file, not a directory, so `{path}` (ending in `/`) names nothing: drop \
+         the trailing `/` to name the file"
+    )]
+    FileWithSlash {
+        /// The path as the caller gave it.
+        path: String,
+        /// The file, as the caller spelled it without the `/`.
+        file: String,
+    },
+    /// A folder on the way to a file being written was replaced while the write ran (by a
+    /// symlink, a file or another folder), so where the file would land was no longer
+    /// where it was checked to be.
+    #[error(
+        "the path `{path}` changed while it was being written (a folder in it was replaced, \
+         by a symlink or otherwise): nothing was written; try again"
+    )]
+    PathChanged {
+        /// The path as the caller gave it.
+        path: String,
+    },
     /// A file where a directory is needed.
     #[error("`{path}` is a file, not a directory: read it with `read`, or give a directory")]
     NotDirectory {
@@ -256,6 +278,7 @@ impl FsError {
             // A path that names nothing usable, as an empty one or one with a NUL
             // (`InvalidArguments`): the caller's mistake to correct, not the tool failing.
             FsError::FileInPath { .. }
+            | FsError::FileWithSlash { .. }
             | FsError::NotFound { .. }
             | FsError::IsDirectory { .. }
             | FsError::NotDirectory { .. }

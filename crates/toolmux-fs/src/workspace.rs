@@ -251,6 +251,16 @@ impl Workspace {
                 Err(_) => return Ok(()),
             }
         }
+        // `a.txt/` has the components of `a.txt`, and the system says only that nothing is
+        // there.
+        let slashed = path.given.ends_with('/') || path.given.ends_with("/.");
+        if slashed
+            && let Ok(meta) = self.dir.metadata(parts.iter().collect::<PathBuf>())
+            && !meta.is_dir()
+        {
+            let file = path.given.trim_end_matches('.').trim_end_matches('/');
+            return Err(FsError::FileWithSlash { path: path.given.clone(), file: file.to_owned() });
+        }
         Ok(())
     }
 
@@ -642,7 +652,13 @@ impl Workspace {
         content: &[u8],
         like: Option<&Resolved>,
     ) -> Result<Written, FsError> {
-        let err = |e: io::Error| FsError::from_io(&path.given, e);
+        // A folder of the path that exists but is no folder any more (a symlink to outside
+        // in its place now) fails creating the folders or the file with "File exists":
+        // the path changed after it was checked, which a retry settles either way.
+        let err = |e: io::Error| match e.kind() {
+            io::ErrorKind::AlreadyExists => FsError::PathChanged { path: path.given.clone() },
+            _ => FsError::from_io(&path.given, e),
+        };
         // The components drop a trailing `/`: the file would take the folder's name.
         if path.given.ends_with('/') && self.dir.symlink_metadata(&path.relative).is_err() {
             return Err(FsError::InvalidArguments {

@@ -237,6 +237,8 @@ pub(crate) fn grep(
     let matches = Arc::new(AtomicU64::new(0));
     // Files too large for a multiline search, with their sizes.
     let too_large = Arc::new(Mutex::new(Vec::<(String, u64)>::new()));
+    // Where a file named by `path` holds binary data, which stopped its search.
+    let named_binary = Arc::new(Mutex::new(None::<u64>));
 
     walk.build_parallel().run(|| {
         let (mut searcher, mut searcher_cr) = (searcher.clone(), searcher_cr.clone());
@@ -245,6 +247,7 @@ pub(crate) fn grep(
         let cancelled = cancelled.clone();
         let matches = matches.clone();
         let too_large = too_large.clone();
+        let named_binary = named_binary.clone();
         let only = only.clone();
         let (glob, types) = (glob.clone(), types.clone());
         let root = ws.root().to_path_buf();
@@ -306,6 +309,7 @@ pub(crate) fn grep(
                 hits: 0,
                 more: false,
                 terminator: if cr { b'\r' } else { b'\n' },
+                binary: None,
             };
             let searched = match (&head, &matcher_cr) {
                 (Some(head), Some(matcher_cr)) if cr => {
@@ -323,6 +327,13 @@ pub(crate) fn grep(
                     return skip_large(meta.len());
                 }
                 return WalkState::Continue;
+            }
+            // A file the caller named is said to be binary: a walk skips binary files by
+            // design, but "No matches found" for the one file asked about misleads.
+            if entry.depth() == 0
+                && let Some(offset) = sink.binary
+            {
+                *named_binary.lock().unwrap_or_else(|e| e.into_inner()) = Some(offset);
             }
             if sink.count == 0 {
                 return WalkState::Continue;
@@ -359,7 +370,17 @@ pub(crate) fn grep(
     let output = render(mode, collector, page, total_matches);
     let mut too_large = std::mem::take(&mut *too_large.lock().unwrap_or_else(|e| e.into_inner()));
     too_large.sort();
-    Ok(budget.mark(note_too_large(output, &too_large), "search"))
+    let mut output = note_too_large(output, &too_large);
+    if let Some(offset) = *named_binary.lock().unwrap_or_else(|e| e.into_inner()) {
+        let note = format!(
+            "[`{given}` is a binary file (a NUL byte at offset {offset}): it was searched only \
+             before that byte, as binary files are skipped; inspect it with `bash` tools such \
+             as `strings` or `xxd` if allowed]"
+        );
+        append_line(&mut output, note);
+        output = output.with_extra("binary", json!(true));
+    }
+    Ok(budget.mark(output, "search"))
 }
 
 /// `output` with a last line naming the files a multiline search skipped as too large
@@ -387,6 +408,12 @@ fn note_too_large(mut output: ToolOutput, skipped: &[(String, u64)]) -> ToolOutp
         MULTILINE_MAX_BYTES / (1024 * 1024),
         names.join(", ")
     );
+    append_line(&mut output, note);
+    output.with_extra("skippedTooLarge", json!(skipped.len()))
+}
+
+/// `output` with `note` as its last line.
+fn append_line(output: &mut ToolOutput, note: String) {
     match output.content.last_mut() {
         Some(toolmux_core::ContentPart::Text { text }) => {
             text.push('\n');
@@ -394,7 +421,6 @@ fn note_too_large(mut output: ToolOutput, skipped: &[(String, u64)]) -> ToolOutp
         }
         _ => output.content.push(toolmux_core::ContentPart::Text { text: note }),
     }
-    output.with_extra("skippedTooLarge", json!(skipped.len()))
 }
 
 /// Refuses arguments that would be ignored or contradict each other, saying what to do.
@@ -773,6 +799,8 @@ struct FileSink<'a> {
     more: bool,
     /// The byte the file's lines end with: `\n`, or `\r` in a file of bare CRs.
     terminator: u8,
+    /// Where the searcher found binary data (a NUL byte) and stopped.
+    binary: Option<u64>,
 }
 
 impl FileSink<'_> {
@@ -890,6 +918,11 @@ impl Sink for FileSink<'_> {
             self.push('-', ctx.line_number(), ctx.bytes());
         }
         Ok(true)
+    }
+
+    fn binary_data(&mut self, _: &Searcher, offset: u64) -> Result<bool, io::Error> {
+        self.binary = Some(offset);
+        Ok(false)
     }
 
     fn context_break(&mut self, _: &Searcher) -> Result<bool, io::Error> {
@@ -1268,6 +1301,7 @@ mod tests {
             hits: 0,
             more: false,
             terminator: b'\n',
+            binary: None,
         };
         SearcherBuilder::new()
             .line_number(true)

@@ -184,6 +184,11 @@ fn check_existing(
     if meta.is_dir() {
         return Err(FsError::IsDirectory { path: path.given.clone() });
     }
+    // A FIFO, socket or device, which `read` refuses: asking to read it first would send
+    // the caller round in a circle.
+    if !meta.is_file() {
+        return Err(FsError::NotRegularFile { path: path.given.clone() });
+    }
     match ws.last_read(run, &canonical) {
         None if require_read => Err(FsError::NotRead { path: path.given.clone() }),
         None => Ok(()),

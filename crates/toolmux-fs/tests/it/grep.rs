@@ -120,6 +120,21 @@ async fn a_path_that_is_no_file_is_said_to_be_one() {
     assert!(err.contains("`pipe` is not a regular file"), "{err}");
 }
 
+/// A binary file named by `path` is said to be binary where its search stopped, not only
+/// answered "No matches found" as a walk's binary files are skipped.
+#[tokio::test]
+async fn a_named_binary_file_is_said_to_be_one() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root().join("bin.o"), b"\x7fELF\0\0needle\0").unwrap();
+    let text = fx.ok("grep", json!({"pattern": "needle", "path": "bin.o"})).await;
+    expect![[r#"
+        No matches found
+        [`bin.o` is a binary file (a NUL byte at offset 4): it was searched only before that byte, as binary files are skipped; inspect it with `bash` tools such as `strings` or `xxd` if allowed]"#]]
+    .assert_eq(&text);
+    // A walk still skips binary files without a word.
+    assert_eq!(fx.ok("grep", json!({"pattern": "needle"})).await, "No matches found");
+}
+
 #[tokio::test]
 async fn case_insensitive() {
     let fx = tree();
@@ -807,7 +822,10 @@ async fn long_lined_files_are_searched_as_before() {
     .assert_eq(
         &grep(json!({"pattern": "needle\\|\\|", "output_mode": "count", "multiline": true})).await,
     );
-    expect!["No matches found"].assert_eq(
+    expect![[r#"
+        No matches found
+        [`d/nul.txt` is a binary file (a NUL byte at offset 20480): ... (195 chars)"#]]
+    .assert_eq(
         &grep(json!({"pattern": "needle", "output_mode": "content", "path": "d/nul.txt"})).await,
     );
     expect![[r#"

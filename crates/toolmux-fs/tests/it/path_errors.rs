@@ -182,3 +182,42 @@ async fn permission_denied_names_the_path_and_what_to_do() {
     assert_eq!(fx.get("locked.txt"), "old\n");
     assert!(!fx.root().join("frozen/b.txt").exists());
 }
+
+/// A FIFO is not a regular file to `write` either: it was told to read it first, which
+/// `read` refuses.
+#[tokio::test]
+async fn a_fifo_is_not_written_and_not_sent_to_read() {
+    let fx = Fixture::new();
+    let made = std::process::Command::new("mkfifo").arg(fx.root().join("pipe")).status();
+    assert!(made.expect("mkfifo runs").success());
+    check(
+        &fx,
+        "write",
+        json!({"path": "pipe", "content": "x"}),
+        expect!["invalid arguments for `fs__write`: at /: `pipe` is not a regular file (a FIFO, socket or device); refusing to open it"],
+    )
+    .await;
+}
+
+/// A file's name with a folder's trailing `/` is said to be a file, not answered as if
+/// nothing were there.
+#[tokio::test]
+async fn a_file_named_with_a_trailing_slash_is_said_to_be_a_file() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "a\n");
+    check(
+        &fx,
+        "read",
+        json!({"path": "a.txt/"}),
+        expect!["invalid arguments for `fs__read`: at /: `a.txt` is a file, not a directory, so `a.txt/` (ending in `/`) names nothing: drop the trailing `/` to name the file"],
+    )
+    .await;
+    check(
+        &fx,
+        "write",
+        json!({"path": "a.txt/", "content": "b"}),
+        expect!["invalid arguments for `fs__write`: at /: `a.txt` is a file, not a directory, so `a.txt/` (ending in `/`) names nothing: drop the trailing `/` to name the file"],
+    )
+    .await;
+    assert_eq!(fx.get("a.txt"), "a\n");
+}

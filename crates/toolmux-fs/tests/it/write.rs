@@ -4,6 +4,7 @@ use crate::Fixture;
 use expect_test::expect;
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use toolmux_core::{CallContext, ToolProvider};
 
 #[tokio::test]
@@ -376,4 +377,50 @@ async fn a_huge_file_changed_in_the_middle_since_read_is_refused() {
     fx.ok("read", json!({"path": "huge.gen", "limit": 1})).await;
     fx.ok("write", json!({"path": "huge.gen", "content": "new\n"})).await;
     assert_eq!(fx.get("huge.gen"), "new\n");
+}
+
+/// Writes into a folder swapped between a symlink to a folder inside and one to a folder
+/// outside, in a loop: each is written inside, refused as outside, or said to have met a
+/// path that changed while it was written, never a bare "File exists". Whether a write
+/// meets the moment the folder's creation finds the symlink to outside is up to the race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_racing_a_symlink_swap_says_the_path_changed() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fx = Fixture::new();
+    let outside = fx.outside().join("elsewhere");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::create_dir(fx.root().join("inside")).unwrap();
+    std::os::unix::fs::symlink("inside", fx.root().join("sub")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = std::thread::spawn({
+        let (stop, root, outside) = (stop.clone(), fx.root(), outside.clone());
+        move || {
+            while !stop.load(Ordering::Relaxed) {
+                for target in [Path::new("inside"), outside.as_path()] {
+                    let _ = std::fs::remove_file(root.join("next"));
+                    std::os::unix::fs::symlink(target, root.join("next")).unwrap();
+                    std::fs::rename(root.join("next"), root.join("sub")).unwrap();
+                }
+            }
+        }
+    });
+    let started = std::time::Instant::now();
+    let (mut changed, mut others) = (0, Vec::new());
+    for i in 0.. {
+        if started.elapsed() > std::time::Duration::from_secs(4) || changed > 0 && i > 500 {
+            break;
+        }
+        let args = json!({"path": format!("sub/race{i}.txt"), "content": "x"});
+        match fx.call("write", args).await {
+            Ok(_) => {}
+            Err(e) if e.report().contains("is outside the workspace root") => {}
+            Err(e) if e.report().contains("changed while it was being written") => changed += 1,
+            Err(e) => others.push(e.report()),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(others.is_empty(), "{} other errors, such as {}", others.len(), others[0]);
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "written outside");
 }
