@@ -94,6 +94,17 @@ pub enum FsError {
         /// The file the path goes through, as the caller spelled it.
         file: String,
     },
+    /// A file its owner may not write (no `u+w` in its mode).
+    #[error(
+        "`{path}` is read-only (mode {mode:04o}); change its mode first (`chmod u+w`) if it is \
+         meant to be changed, then try again"
+    )]
+    ReadOnly {
+        /// The path as the caller gave it.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// A path ending in `/` (a folder's spelling) at a file.
     #[error(
         "`{file}` is a file, not a directory, so `{path}` (ending in `/`) names nothing: drop \
@@ -279,6 +290,7 @@ impl FsError {
             // (`InvalidArguments`): the caller's mistake to correct, not the tool failing.
             FsError::FileInPath { .. }
             | FsError::FileWithSlash { .. }
+            | FsError::ReadOnly { .. }
             | FsError::NotFound { .. }
             | FsError::IsDirectory { .. }
             | FsError::NotDirectory { .. }

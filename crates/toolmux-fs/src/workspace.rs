@@ -14,6 +14,7 @@ use cap_std::fs::Dir;
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -672,7 +673,10 @@ impl Workspace {
         let like = like
             .and_then(|source| self.dir.symlink_metadata(&source.relative).ok())
             .filter(|meta| meta.is_file())
-            .map(|meta| meta.permissions());
+            .map(|meta| {
+                use cap_std::fs::MetadataExt as _;
+                meta.mode()
+            });
         self.check_write(path)?;
         let target = self.write_target(path)?;
         let (parent, name) = split_parent(&target).ok_or_else(|| FsError::InvalidArguments {
@@ -704,8 +708,20 @@ impl Workspace {
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(err(e)),
         };
+        // A file whose owner may not write it (`chmod 444`) says it is not to be changed,
+        // whoever runs toolmux: the rename below would replace it all the same, and root's
+        // permission check passes it.
+        if let Some(meta) = &existing {
+            use cap_std::fs::MetadataExt as _;
+            if meta.mode() & 0o200 == 0 {
+                return Err(FsError::ReadOnly {
+                    path: path.given.clone(),
+                    mode: meta.mode() & 0o7777,
+                });
+            }
+        }
         // A rename replaces any file its folder lets us replace: a file that is read-only
-        // to us (`chmod 444`, another user's) is refused as writing into it would be.
+        // to us (another user's) is refused as writing into it would be.
         if existing.is_some() {
             let writable = rustix::fs::accessat(
                 &parent_dir,
@@ -723,7 +739,20 @@ impl Workspace {
             (meta.uid(), meta.gid())
         });
         let created = existing.is_none();
-        let existing = existing.map(|meta| meta.permissions()).or(like);
+        let mode = existing
+            .map(|meta| {
+                use cap_std::fs::MetadataExt as _;
+                meta.mode() & 0o7777
+            })
+            .or(like);
+        // New content is no longer what was made set-user-id or set-group-id: the bits go,
+        // as the kernel drops them when an unprivileged process writes such a file (the
+        // set-group-id bit only with group execute; without, it marks locking).
+        let set_id = mode.map_or(0, |mode| {
+            let group = if mode & 0o010 != 0 { 0o2000 } else { 0 };
+            mode & (0o4000 | group)
+        });
+        let existing = mode.map(|mode| std::fs::Permissions::from_mode(mode & !set_id));
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let temp = format!(
             ".{}.toolmux-{}-{}.tmp",
@@ -738,8 +767,7 @@ impl Workspace {
             let mut file = file.into_std();
             file.write_all(content)?;
             if let Some(perms) = &existing {
-                let perms = perms.clone().into_std(&file)?;
-                file.set_permissions(perms)?;
+                file.set_permissions(perms.clone())?;
             }
             if let Some((uid, gid)) = owner
                 && (uid != rustix::process::geteuid().as_raw()
@@ -751,7 +779,7 @@ impl Workspace {
                 let _ = rustix::fs::fchown(&file, Some(uid), Some(gid));
                 // A change of owner clears set-id bits: set the mode again.
                 if let Some(perms) = &existing {
-                    let _ = file.set_permissions(perms.clone().into_std(&file)?);
+                    let _ = file.set_permissions(perms.clone());
                 }
             }
             file.sync_all()?;
@@ -766,7 +794,8 @@ impl Workspace {
             let _ = parent_dir.remove_file(&temp);
             return Err(err(e));
         }
-        Ok(Written { canonical: self.canonical(path).unwrap_or(target), created })
+        let set_id_cleared = (set_id != 0).then(|| mode.unwrap_or(0));
+        Ok(Written { canonical: self.canonical(path).unwrap_or(target), created, set_id_cleared })
     }
 
     /// Removes the regular file at `path` (a symlink there is refused, not followed),
@@ -802,6 +831,26 @@ pub(crate) struct Written {
     pub canonical: PathBuf,
     /// Whether the file did not exist before.
     pub created: bool,
+    /// The mode the file had, when its set-user-id or set-group-id bit was cleared.
+    pub set_id_cleared: Option<u32>,
+}
+
+impl Written {
+    /// What the result says of cleared set-id bits, starting with `; `; empty when none were.
+    pub fn set_id_note(&self) -> String {
+        let Some(mode) = self.set_id_cleared else { return String::new() };
+        let bits = match (mode & 0o4000 != 0, mode & 0o2000 != 0 && mode & 0o010 != 0) {
+            (true, true) => "set-user-id and set-group-id bits were",
+            (true, false) => "set-user-id bit was",
+            _ => "set-group-id bit was",
+        };
+        let kept = mode & !(0o4000 | if mode & 0o010 != 0 { 0o2000 } else { 0 });
+        format!(
+            "; its {bits} cleared (mode {mode:04o} is now {kept:04o}), as the system \
+             clears them when a file is written: set them again with `chmod` if the new \
+             content is to run so"
+        )
+    }
 }
 
 /// `path` without its `.` components (cap-std canonicalizes the root to `.`).

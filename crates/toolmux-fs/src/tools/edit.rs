@@ -312,9 +312,11 @@ fn apply(
         text = text.replace('\n', "\r");
     }
     let bytes = encoding.encode(&text);
+    let mut set_id_note = String::new();
     if !dry_run {
         let before = super::undo::before(ws, &path, limits.edit_max_bytes);
         let written = ws.write_atomic(&path, &bytes)?;
+        set_id_note = written.set_id_note();
         ws.record_read(run, written.canonical, workspace::hash(&bytes));
         super::undo::wrote(ws, run, tool, &path, before, &bytes);
     }
@@ -330,7 +332,7 @@ fn apply(
         let s = if lines == 1 { "" } else { "s" };
         format!("created `{}` ({lines} line{s})", path.given)
     } else {
-        format!("made {changes} in `{}`", path.given)
+        format!("made {changes} in `{}`{set_id_note}", path.given)
     };
     for hunk in &hunks {
         hunk.render(&mut out);

@@ -28,7 +28,8 @@ pub struct WriteArgs {
 
 pub(crate) const DESCRIPTION: &str = "Write a file in the workspace, replacing its whole content. \
 Parent directories are created. The write is atomic (a temporary file renamed over the target) \
-and an existing file keeps its permissions. An existing file must have been read with `read` in \
+and an existing file keeps its permissions, less its set-user-id and set-group-id bits; a file its owner may not \
+write (mode 0444) is refused. An existing file must have been read with `read` in \
 this run, and must not have changed since (checked by content hash; for a file over 64 MiB, by its \
 size, times, inode and first and last MiB): otherwise the write is \
 refused and you must read the file (again) first. Overwriting keeps the file's byte order mark \
@@ -75,6 +76,7 @@ pub(crate) fn write(
     };
     let unkept = before.is_none();
     let written = ws.write_atomic(&path, &bytes)?;
+    let set_id_note = written.set_id_note();
     ws.record_read(run, written.canonical, workspace::hash(&bytes));
     super::undo::wrote(ws, run, "write", &path, before, &bytes);
     let lines = super::text::lines(&args.content).len();
@@ -86,6 +88,7 @@ pub(crate) fn write(
     if let Some(change) = change.filter(|_| !written.created) {
         let _ = write!(notes, "; {change}");
     }
+    notes.push_str(&set_id_note);
     if unkept && !written.created {
         let _ = write!(
             notes,

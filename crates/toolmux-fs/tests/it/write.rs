@@ -424,3 +424,61 @@ async fn a_write_racing_a_symlink_swap_says_the_path_changed() {
     assert!(others.is_empty(), "{} other errors, such as {}", others.len(), others[0]);
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "written outside");
 }
+
+/// A file without its owner's write bit (0444) is not replaced, by `write` or `edit`, even
+/// when toolmux runs as root (whose permission check passes it, as these tests run): the
+/// temporary file and rename went round the mode silently.
+#[tokio::test]
+async fn a_read_only_file_is_not_replaced() {
+    let fx = Fixture::new();
+    let path = fx.put("locked.txt", "keep\n");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    fx.ok("read", json!({"path": "locked.txt"})).await;
+    let write = fx.call("write", json!({"path": "locked.txt", "content": "new\n"})).await;
+    let edit = json!({"path": "locked.txt", "old_string": "keep", "new_string": "gone"});
+    let edit = fx.call("edit", edit).await;
+    for result in [write, edit] {
+        let err = result.unwrap_err();
+        assert_eq!(err.code(), "invalid_arguments", "{}", err.report());
+        assert!(
+            err.report().ends_with(
+                "`locked.txt` is read-only (mode 0444); change its mode first (`chmod u+w`) if \
+                 it is meant to be changed, then try again"
+            ),
+            "{}",
+            err.report()
+        );
+    }
+    assert_eq!(fx.get("locked.txt"), "keep\n");
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o444);
+    // Its owner's write bit back, it is written as before.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    fx.ok("write", json!({"path": "locked.txt", "content": "new\n"})).await;
+    assert_eq!(fx.get("locked.txt"), "new\n");
+}
+
+/// A rewritten set-user-id or set-group-id file loses those bits, as when an unprivileged
+/// process writes it, and the result says so; the rest of the mode stays. Set-group-id
+/// without group execute (a locking mark, not a privilege) is kept, as the kernel keeps it.
+#[tokio::test]
+async fn rewriting_a_set_id_file_clears_the_bits_and_says_so() {
+    let fx = Fixture::new();
+    let mode =
+        |rel: &str| std::fs::metadata(fx.root().join(rel)).unwrap().permissions().mode() & 0o7777;
+    for (name, bits) in [("suid.sh", 0o4751), ("sgid.sh", 0o2755), ("lock.txt", 0o2644)] {
+        let path = fx.put(name, "echo hi\n");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(bits)).unwrap();
+    }
+    let edit = json!({"path": "suid.sh", "old_string": "hi", "new_string": "bye"});
+    expect!["made 1 replacement in `suid.sh`; its set-user-id bit was cleared (mode 4751 is now 0751), as the system clears them when a file is written: set them again with `chmod` if the new content is to run so"]
+        .assert_eq(fx.ok("edit", edit).await.lines().next().unwrap());
+    assert_eq!(mode("suid.sh"), 0o751);
+    fx.ok("read", json!({"path": "sgid.sh"})).await;
+    let out = fx.ok("write", json!({"path": "sgid.sh", "content": "echo bye\n"})).await;
+    assert!(out.contains("its set-group-id bit was cleared (mode 2755 is now 0755)"), "{out}");
+    assert_eq!(mode("sgid.sh"), 0o755);
+    fx.ok("read", json!({"path": "lock.txt"})).await;
+    let out = fx.ok("write", json!({"path": "lock.txt", "content": "x\n"})).await;
+    assert!(!out.contains("cleared"), "{out}");
+    assert_eq!(mode("lock.txt"), 0o2644);
+}
