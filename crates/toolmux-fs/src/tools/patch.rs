@@ -896,8 +896,9 @@ pub(crate) fn apply_patch(
         }
     }
 
+    let mut set_id_notes = Vec::new();
     if !args.dry_run {
-        commit(ws, run, &files)?;
+        set_id_notes = commit(ws, run, &files)?;
     }
     drop(locks);
 
@@ -928,6 +929,9 @@ pub(crate) fn apply_patch(
                 write!(out, "\n    @@ line {}: +{} -{}{note}", hunk.line, hunk.added, hunk.removed);
         }
         listed.push(json!({"change": change.mark.to_string(), "file": change.what}));
+    }
+    for note in set_id_notes {
+        let _ = write!(out, "\n[{note}]");
     }
     Ok(ToolOutput::text(out)
         .with_extra("files", json!(listed))
@@ -1018,9 +1022,15 @@ fn exists(ws: &Workspace, path: &Resolved) -> Result<bool, FsError> {
 }
 
 /// Writes every changed file, then removes the deleted ones; on a failure, puts back what
-/// was already done and reports the failure.
-fn commit(ws: &Workspace, run: &str, files: &BTreeMap<PathBuf, Entry>) -> Result<(), FsError> {
+/// was already done and reports the failure. Returns a note for each file whose set-id
+/// bits the write cleared.
+fn commit(
+    ws: &Workspace,
+    run: &str,
+    files: &BTreeMap<PathBuf, Entry>,
+) -> Result<Vec<String>, FsError> {
     let mut done: Vec<&Entry> = Vec::new();
+    let mut set_id_notes = Vec::new();
     let writes = files.values().filter(|e| e.current.is_some());
     let removals = files.values().filter(|e| e.current.is_none() && e.original.is_some());
     let mut failure = None;
@@ -1033,6 +1043,10 @@ fn commit(ws: &Workspace, run: &str, files: &BTreeMap<PathBuf, Entry>) -> Result
                 }
                 let like = entry.moved_from.as_ref();
                 ws.write_atomic_like(&entry.resolved, &bytes, like).map(|written| {
+                    let note = written.set_id_note();
+                    if let Some(note) = note.strip_prefix("; ") {
+                        set_id_notes.push(format!("`{}`: {note}", entry.resolved.given));
+                    }
                     ws.record_read(run, written.canonical, workspace::hash(&bytes));
                 })
             }
@@ -1058,7 +1072,7 @@ fn commit(ws: &Workspace, run: &str, files: &BTreeMap<PathBuf, Entry>) -> Result
             })
             .collect();
         ws.changes().record(run, "apply_patch", touched);
-        return Ok(());
+        return Ok(set_id_notes);
     };
     let mut not_undone = Vec::new();
     for entry in done.into_iter().rev() {

@@ -477,6 +477,16 @@ async fn rewriting_a_set_id_file_clears_the_bits_and_says_so() {
     let out = fx.ok("write", json!({"path": "sgid.sh", "content": "echo bye\n"})).await;
     assert!(out.contains("its set-group-id bit was cleared (mode 2755 is now 0755)"), "{out}");
     assert_eq!(mode("sgid.sh"), 0o755);
+    // apply_patch says it too, after the list of files.
+    std::fs::set_permissions(fx.root().join("suid.sh"), std::fs::Permissions::from_mode(0o4755))
+        .unwrap();
+    let patch = "*** Begin Patch\n*** Update File: suid.sh\n-echo bye\n+echo again\n*** End Patch";
+    let out = fx.ok("apply_patch", json!({"input": patch})).await;
+    assert!(
+        out.ends_with("\n[`suid.sh`: its set-user-id bit was cleared (mode 4755 is now 0755), as the system clears them when a file is written: set them again with `chmod` if the new content is to run so]"),
+        "{out}"
+    );
+    assert_eq!(mode("suid.sh"), 0o755);
     fx.ok("read", json!({"path": "lock.txt"})).await;
     let out = fx.ok("write", json!({"path": "lock.txt", "content": "x\n"})).await;
     assert!(!out.contains("cleared"), "{out}");
