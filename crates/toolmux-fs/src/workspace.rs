@@ -712,13 +712,7 @@ impl Workspace {
         // whoever runs toolmux: the rename below would replace it all the same, and root's
         // permission check passes it.
         if let Some(meta) = &existing {
-            use cap_std::fs::MetadataExt as _;
-            if meta.mode() & 0o200 == 0 {
-                return Err(FsError::ReadOnly {
-                    path: path.given.clone(),
-                    mode: meta.mode() & 0o7777,
-                });
-            }
+            read_only(path, meta)?;
         }
         // A rename replaces any file its folder lets us replace: a file that is read-only
         // to us (another user's) is refused as writing into it would be.
@@ -739,12 +733,11 @@ impl Workspace {
             (meta.uid(), meta.gid())
         });
         let created = existing.is_none();
-        let mode = existing
-            .map(|meta| {
-                use cap_std::fs::MetadataExt as _;
-                meta.mode() & 0o7777
-            })
-            .or(like);
+        let previous_mode = existing.map(|meta| {
+            use cap_std::fs::MetadataExt as _;
+            meta.mode() & 0o7777
+        });
+        let mode = previous_mode.or(like);
         // New content is no longer what was made set-user-id or set-group-id: the bits go,
         // as the kernel drops them when an unprivileged process writes such a file (the
         // set-group-id bit only with group execute; without, it marks locking).
@@ -795,11 +788,16 @@ impl Workspace {
             return Err(err(e));
         }
         let set_id_cleared = (set_id != 0).then(|| mode.unwrap_or(0));
-        Ok(Written { canonical: self.canonical(path).unwrap_or(target), created, set_id_cleared })
+        Ok(Written {
+            canonical: self.canonical(path).unwrap_or(target),
+            created,
+            previous_mode,
+            set_id_cleared,
+        })
     }
 
     /// Removes the regular file at `path` (a symlink there is refused, not followed),
-    /// checked as a write.
+    /// checked as a write: a read-only file is refused as a write to it is.
     pub fn remove_file(&self, path: &Resolved) -> Result<(), FsError> {
         let err = |e: io::Error| FsError::from_io(&path.given, e);
         self.check_write(path)?;
@@ -810,6 +808,7 @@ impl Workspace {
         if !meta.is_file() {
             return Err(FsError::NotRegularFile { path: path.given.clone() });
         }
+        read_only(path, &meta)?;
         self.dir.remove_file(&path.relative).map_err(err)
     }
 
@@ -824,6 +823,17 @@ impl Workspace {
     }
 }
 
+/// Refuses a file whose owner may not write it (`chmod 444`): it says it is not to be
+/// changed, whoever runs toolmux, and root's permission checks pass a rename over it or its
+/// removal all the same (`rm` asks first).
+pub(crate) fn read_only(path: &Resolved, meta: &cap_std::fs::Metadata) -> Result<(), FsError> {
+    use cap_std::fs::MetadataExt as _;
+    match meta.mode() & 0o200 {
+        0 => Err(FsError::ReadOnly { path: path.given.clone(), mode: meta.mode() & 0o7777 }),
+        _ => Ok(()),
+    }
+}
+
 /// What [`Workspace::write_atomic`] did.
 #[derive(Debug)]
 pub(crate) struct Written {
@@ -831,6 +841,8 @@ pub(crate) struct Written {
     pub canonical: PathBuf,
     /// Whether the file did not exist before.
     pub created: bool,
+    /// The permission bits (set-id bits included) of the file it replaced, for `undo`.
+    pub previous_mode: Option<u32>,
     /// The mode the file had, when its set-user-id or set-group-id bit was cleared.
     pub set_id_cleared: Option<u32>,
 }

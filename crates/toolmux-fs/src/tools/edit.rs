@@ -318,7 +318,7 @@ fn apply(
         let written = ws.write_atomic(&path, &bytes)?;
         set_id_note = written.set_id_note();
         ws.record_read(run, written.canonical, workspace::hash(&bytes));
-        super::undo::wrote(ws, run, tool, &path, before, &bytes);
+        super::undo::wrote(ws, run, tool, &path, before, (&bytes, written.previous_mode));
     }
     let changes = changes(replacements, insertions);
     let mut out = if dry_run {

@@ -854,6 +854,7 @@ pub(crate) fn apply_patch(
                     });
                 }
                 let gone = entry(ws, limits, run, &mut files, &targets, &target)?;
+                writable(gone)?;
                 if gone.current.take().is_none() {
                     return Err(missing(ws, path, DELETE));
                 }
@@ -861,6 +862,7 @@ pub(crate) fn apply_patch(
             }
             Op::Update { path, move_to, hunks } => {
                 let source = entry(ws, limits, run, &mut files, &targets, &target)?;
+                writable(source)?;
                 let Some(mut file) = source.current.take() else {
                     return Err(missing(ws, path, UPDATE));
                 };
@@ -989,6 +991,17 @@ fn entry<'f>(
         files.insert(target.clone(), Entry { resolved, original, current, moved_from: None, mode });
     }
     Ok(files.get_mut(target).expect("inserted above"))
+}
+
+/// Refuses, before anything is written, a file on disk that the patch deletes, changes or
+/// moves while its owner may not write it, as a write to it is refused.
+fn writable(entry: &Entry) -> Result<(), FsError> {
+    match entry.mode {
+        Some(mode) if entry.original.is_some() && mode & 0o200 == 0 => {
+            Err(FsError::ReadOnly { path: entry.resolved.given.clone(), mode })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Whether something (a file, a directory, a link) is at `path` now, or (when the patch

@@ -39,8 +39,8 @@ pub struct UndoArgs {
 }
 
 pub(crate) const DESCRIPTION: &str = "Undo the last change this run made with write, edit, \
-multi_edit or apply_patch: every file of that change gets its content from before it back (a \
-file it created is removed, one it deleted comes back). With `path`, only the last change to \
+multi_edit or apply_patch: every file of that change gets its content and mode from before it \
+back (a file it created is removed, one it deleted comes back). With `path`, only the last change to \
 that file is undone. Refused, changing nothing, when a file changed since (by you, a command or \
 anyone): read it and edit it instead. Call it again to undo the change before. The last 20 \
 changes of the run are kept, in memory, while toolmux runs.";
@@ -57,8 +57,9 @@ pub(crate) struct Touched {
     pub(crate) before: Option<Vec<u8>>,
     /// The hash of what the change left; `None` when it removed the file.
     pub(crate) after: Option<Hash>,
-    /// Its permission bits before the change, for a file the change removed (or moved):
-    /// brought back, it gets them again (an executable script stays one).
+    /// Its permission bits before the change (set-id bits included), `None` when it did
+    /// not exist: brought back, it gets them again, so a script deleted or moved stays
+    /// executable and one whose set-user-id bit a rewrite cleared has it again.
     pub(crate) mode: Option<u32>,
 }
 
@@ -163,14 +164,15 @@ pub(crate) fn before(ws: &Workspace, path: &Resolved, limit: u64) -> Option<Opti
     }
 }
 
-/// Records in `run` that `tool` wrote `bytes` to `path`, which held `before`.
+/// Records in `run` that `tool` wrote `bytes` to `path`, which held `before` with the
+/// permission bits `mode` ([`workspace::Written::previous_mode`]).
 pub(crate) fn wrote(
     ws: &Workspace,
     run: &str,
     tool: &'static str,
     path: &Resolved,
     before: Option<Option<Vec<u8>>>,
-    bytes: &[u8],
+    (bytes, mode): (&[u8], Option<u32>),
 ) {
     let target = ws.resolve_target(path);
     match before {
@@ -180,7 +182,7 @@ pub(crate) fn wrote(
                 target,
                 before,
                 after: Some(workspace::hash(bytes)),
-                mode: None,
+                mode,
             };
             ws.changes().record(run, tool, vec![touched]);
         }
@@ -278,9 +280,9 @@ fn put_back(ws: &Workspace, run: &str, change: &Change) -> Result<Vec<String>, F
         match &touched.before {
             Some(bytes) => {
                 let written = ws.write_atomic(&touched.path, bytes)?;
-                if touched.after.is_none()
-                    && let Some(mode) = touched.mode
-                {
+                // The mode from before too: the write keeps the present one, less the
+                // set-id bits, which the change being undone may have cleared.
+                if let Some(mode) = touched.mode {
                     use cap_std::fs::PermissionsExt as _;
                     let permissions = cap_std::fs::Permissions::from_mode(mode);
                     ws.dir()

@@ -78,7 +78,7 @@ pub(crate) fn write(
     let written = ws.write_atomic(&path, &bytes)?;
     let set_id_note = written.set_id_note();
     ws.record_read(run, written.canonical, workspace::hash(&bytes));
-    super::undo::wrote(ws, run, "write", &path, before, &bytes);
+    super::undo::wrote(ws, run, "write", &path, before, (&bytes, written.previous_mode));
     let lines = super::text::lines(&args.content).len();
     let verb = if written.created { "created" } else { "overwrote" };
     let mut notes = String::new();

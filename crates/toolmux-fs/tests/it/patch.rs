@@ -467,3 +467,34 @@ async fn a_patch_line_without_the_file_s_accents_is_not_found_and_the_error_says
     );
     assert_eq!(fx.get("menu.txt"), "tea = 0\ncafe\u{301} = 1\n");
 }
+
+/// A file without its owner's write bit is neither deleted nor moved by a patch, as it is
+/// not rewritten: both went through (root's permission check passes an unlink) while an
+/// update was refused. The refusal comes before anything is written.
+#[tokio::test]
+async fn a_read_only_file_is_not_deleted_or_moved() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fx = Fixture::new();
+    for path in ["locked.txt", "fixed.txt"] {
+        std::fs::set_permissions(fx.put(path, "keep\n"), std::fs::Permissions::from_mode(0o444))
+            .unwrap();
+        fx.ok("read", json!({"path": path})).await;
+    }
+    let delete = patch("*** Add File: first.txt\n+one\n*** Delete File: locked.txt");
+    let moved = patch("*** Update File: fixed.txt\n*** Move to: moved.txt\n@@\n-keep\n+kept\n");
+    for (input, path) in [(delete, "locked.txt"), (moved, "fixed.txt")] {
+        let err = fx.call("apply_patch", input).await.unwrap_err();
+        assert_eq!(err.code(), "invalid_arguments", "{}", err.report());
+        assert!(
+            err.report().ends_with(&format!(
+                "`{path}` is read-only (mode 0444); change its mode first (`chmod u+w`) if it \
+                 is meant to be changed, then try again"
+            )),
+            "{}",
+            err.report()
+        );
+        assert_eq!(fx.get(path), "keep\n");
+    }
+    assert!(!fx.root().join("first.txt").exists());
+    assert!(!fx.root().join("moved.txt").exists());
+}

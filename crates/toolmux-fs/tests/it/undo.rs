@@ -160,3 +160,55 @@ async fn a_file_is_undone_whatever_its_path_is_spelt() {
     fx.ok("undo", json!({"path": "a.txt"})).await;
     assert_eq!(fx.get("a.txt"), "one\n");
 }
+
+/// Undo brings back a file's mode from before the change, set-id bits included: an edit,
+/// a write and a patch each cleared a set-user-id or set-group-id bit (as the system does
+/// for a write), and the undone files kept the cleared mode (0751, 0755).
+#[tokio::test]
+async fn undo_brings_back_the_set_id_bits_a_rewrite_cleared() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fx = Fixture::new();
+    let mode =
+        |rel: &str| std::fs::metadata(fx.root().join(rel)).unwrap().permissions().mode() & 0o7777;
+    for (path, bits) in [("suid.sh", 0o4751), ("sgid.sh", 0o2755), ("both.sh", 0o6755)] {
+        std::fs::set_permissions(fx.put(path, "echo hi\n"), std::fs::Permissions::from_mode(bits))
+            .unwrap();
+        fx.ok("read", json!({"path": path})).await;
+    }
+    fx.ok("edit", json!({"path": "suid.sh", "old_string": "hi", "new_string": "bye"})).await;
+    fx.ok("write", json!({"path": "sgid.sh", "content": "echo bye\n"})).await;
+    let patch = "*** Begin Patch\n*** Update File: both.sh\n-echo hi\n+echo bye\n*** End Patch";
+    fx.ok("apply_patch", json!({"input": patch})).await;
+    assert_eq!((mode("suid.sh"), mode("sgid.sh"), mode("both.sh")), (0o751, 0o755, 0o755));
+    for _ in 0..3 {
+        fx.ok("undo", json!({})).await;
+    }
+    assert_eq!((mode("suid.sh"), mode("sgid.sh"), mode("both.sh")), (0o4751, 0o2755, 0o6755));
+    for path in ["suid.sh", "sgid.sh", "both.sh"] {
+        assert_eq!(fx.get(path), "echo hi\n");
+    }
+}
+
+/// A file a change created that has lost its owner's write bit since is not removed by
+/// undo, as it is not deleted by `apply_patch` or rewritten: it was removed silently.
+#[tokio::test]
+async fn undo_does_not_remove_a_file_made_read_only_since() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fx = Fixture::new();
+    fx.ok("write", json!({"path": "new.txt", "content": "fresh\n"})).await;
+    let path = fx.root().join("new.txt");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let err = fx.err("undo", json!({})).await;
+    assert!(
+        err.ends_with(
+            "`new.txt` is read-only (mode 0444); change its mode first (`chmod u+w`) if it is \
+             meant to be changed, then try again"
+        ),
+        "{err}"
+    );
+    assert_eq!(fx.get("new.txt"), "fresh\n");
+    // Its write bit back, the change is still there to undo.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    fx.ok("undo", json!({})).await;
+    assert!(!path.exists());
+}
