@@ -529,6 +529,7 @@ impl OutputStore for DirectoryStore {
 mod tests {
     use super::*;
     use expect_test::expect;
+    use toolmux_test_support::blocking::fifo;
 
     #[tokio::test]
     async fn store_and_read_back_pages() {
@@ -550,14 +551,8 @@ mod tests {
         let stored = store.store("r", "t", "a").await.unwrap();
         let path = store.path_of(&stored.handle).unwrap();
         std::fs::remove_file(&path).unwrap();
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &path,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        let (folder, name) = (path.parent().unwrap(), path.file_name().unwrap());
+        fifo(folder, name.to_str().unwrap());
         let read = tokio::time::timeout(Duration::from_secs(10), store.read(&stored.handle, 0, 1))
             .await
             .expect("the read of a FIFO did not end within 10 s");

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use toolmux_test_support::blocking::fifo;
 use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
 
 const KEY: &str = "sk-test-4f9d2c7e1b";
@@ -1184,7 +1185,7 @@ fn at_a_terminal_a_rate_limited_wait_is_shown() {
 fn a_paused_run_that_is_no_regular_file_is_refused_at_once() {
     let server = ScriptedLlmServer::start(Dialect::OpenAi, vec![]);
     let project = project(&server, "openai", "");
-    crate::fifo(&project.path().join("run.json"));
+    fifo(project.path(), "run.json");
     for (file, what) in [("run.json", "a FIFO (named pipe)"), ("/dev/zero", "a character device")] {
         let mut command = project.command(&["agent", "resume", file]);
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());

@@ -224,19 +224,3 @@ impl Run {
         &self.stdout
     }
 }
-
-/// Makes a FIFO (named pipe) at `path`, which nothing writes to: opening it to read would
-/// wait for a writer for ever.
-pub(crate) fn fifo(path: &Path) {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).expect("folders");
-    }
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .expect("mkfifo");
-}

@@ -8,6 +8,7 @@ use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use toolmux_test_support::blocking::fifo;
 
 fn python() -> PathBuf {
     peer("python/venv/bin/python")
@@ -1342,7 +1343,7 @@ fn watch_reports_a_fifo_in_place_of_the_configuration_and_goes_on() {
     };
     let config = project.path().join("toolmux.yaml");
     std::fs::remove_file(&config).expect("removed");
-    crate::fifo(&config);
+    fifo(project.path(), "toolmux.yaml");
     wait_for(
         "toolmux.yaml: it is a FIFO (named pipe), not a regular file: give the path of a \
          configuration file; still serving the previous configuration",

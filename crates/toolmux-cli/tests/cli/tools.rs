@@ -2,6 +2,7 @@
 
 use crate::{Project, gateway_project, peer};
 use expect_test::expect;
+use toolmux_test_support::blocking::fifo;
 
 fn project() -> Project {
     let project = Project::new();
@@ -986,7 +987,9 @@ fn a_listing_at_a_terminal_fits_its_width() {
 #[test]
 fn approvals_that_are_a_fifo_are_skipped_with_a_warning() {
     let project = project();
-    crate::fifo(&project.path().join(".toolmux/approvals.json"));
+    let folder = project.path().join(".toolmux");
+    std::fs::create_dir_all(&folder).expect("the project's .toolmux folder");
+    fifo(&folder, "approvals.json");
     let run = project.run_at_terminal(&serde_json::json!([]), &["tools", "call", "fs__ls", "{}"]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.stdout.contains("README.md"), "{run:?}");
