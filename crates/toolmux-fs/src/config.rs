@@ -161,10 +161,16 @@ impl FsConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct BashConfig {
-    /// Command prefixes allowed, matched word by word (`cargo test` allows
-    /// `cargo test -p x`, not `cargo testing`). Empty: every command is allowed. When set,
-    /// `bash` commands containing shell operators (`;`, `&`, `|`, `$`, backticks,
-    /// redirections, newlines) are refused, since they could chain other commands.
+    /// Command prefixes allowed, matched whole word by whole word from the start
+    /// (`cargo test` allows `cargo test -p x`, not `cargo testing` nor `x cargo test`); a
+    /// `bash` line is split into words as bash splits it, at spaces and tabs only, and an
+    /// `exec` argv is taken as given. Empty: every command is allowed. When set, a `bash`
+    /// line holding a shell operator (`;`, `&`, `|`, `$`, backquotes, `<`, `>`, parentheses,
+    /// a backslash, a line break), which could chain or hide another command, or any other
+    /// space or control character (a no-break space, a vertical tab, a NUL: bash reads
+    /// `cat\u00a0notes` as one program name) is refused, saying which. An allowed command
+    /// still reads whatever the sandbox lets it read (`cat /etc/passwd`): the list limits
+    /// which programs start, not what they touch.
     pub allow_prefixes: Vec<String>,
     /// Names of environment variables passed through to commands, besides `PATH`, `HOME`
     /// and `LANG`, which always are.

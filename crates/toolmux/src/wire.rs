@@ -1267,9 +1267,9 @@ mod mcp {
     /// `env` does not set in its place) that are credentials by their variable's name, as
     /// the loader judges a variable of `envPassthrough` ([`is_secret_by_name`]), and are
     /// not among `known` yet. The loader registers only the variables the file names, so
-    /// with `envInherit: all` a server echoing `GITHUB_TOKEN` showed it as it is; `safe`
-    /// passes on names its own rule lets through though they name a credential here
-    /// (`DB_PASS`, `GH_PAT`).
+    /// with `envInherit: all` a server echoing `GITHUB_TOKEN` showed it as it is. `safe`
+    /// withholds every name this judges a credential, as both read names by
+    /// [`toolmux_core::credential`], so it matters for `all` (and `minimal`'s fixed list).
     ///
     /// [`is_secret_by_name`]: crate::config::is_secret_by_name
     fn inherited_secrets(

@@ -417,7 +417,13 @@ pub struct Defaults {
     #[serde(default, rename = "traceMCP", alias = "traceMcp")]
     pub trace_mcp: bool,
     /// Which of toolmux's own environment stdio MCP servers inherit, unless a server says
-    /// (`safe` when unset; see `mcpServers.*.envInherit`).
+    /// (`safe` when unset; see `mcpServers.*.envInherit`): `safe`, everything but variables
+    /// whose names name a credential by their words (`GITHUB_TOKEN`, `apiKey`, `DB_PASS`;
+    /// not `TOKENIZER_PATH` or `MONKEY`) and `SSH_AUTH_SOCK`, `DBUS_SESSION_BUS_ADDRESS`,
+    /// `XAUTHORITY` and `GNOME_KEYRING_CONTROL`; `minimal`, only `HOME`, `LOGNAME`, `PATH`,
+    /// `SHELL`, `TERM`, `USER`, `LANG` and `TMPDIR`, as the official MCP SDKs; `all`,
+    /// everything. Whichever it is, the inherited values of credential-named variables are
+    /// registered as secrets and redacted wherever text leaves toolmux.
     #[cfg(feature = "mcp")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_inherit: Option<toolmux_mcp::EnvInherit>,
@@ -584,11 +590,28 @@ pub struct McpServerEntry {
     /// configuration file's folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_file: Option<PathBuf>,
-    /// Which of toolmux's own environment the server inherits: `safe` (everything but
-    /// variables whose names look secret, judged by their words: `GITHUB_TOKEN`, `API_KEY`,
-    /// `DB_PASSWORD`, but not `TOKENIZER_PATH`), `minimal`
-    /// (`HOME`, `PATH` and the like, as the official MCP SDKs do) or `all`; default
-    /// `defaults.envInherit`, else `safe`. `env` is always added.
+    /// Which of toolmux's own environment the server inherits (stdio; default
+    /// `defaults.envInherit`, else `safe`); `env` and `envPassthrough` are always added.
+    /// - `safe`: every variable but those whose names name a credential, judged by their
+    ///   words (split at `_`, `-`, digits and case): a word such as `TOKEN`, `KEY`, `SECRET`,
+    ///   `PASSWORD`, `PASS`, `PWD`, `AUTH`, `SESSION`, `COOKIE`, `CREDENTIALS` or `PAT`, one
+    ///   ending in `TOKEN`, `SECRET`, `PASSWORD`, `PASSWD`, `AUTH` or `APIKEY`, or in `KEY`
+    ///   but for ordinary words (`MONKEY`, `HOTKEY`), or one holding `KEYRING`. So
+    ///   `GITHUB_TOKEN`, `GITHUBTOKEN`, `apiKey`, `SSHKEY` and `DB_PASS` are withheld, and
+    ///   so are `SSH_AUTH_SOCK`, `DBUS_SESSION_BUS_ADDRESS`, `XAUTHORITY` and
+    ///   `GNOME_KEYRING_CONTROL`, ways to the user's ssh keys, keyring and display (a server
+    ///   that pushes over ssh needs `envPassthrough: [SSH_AUTH_SOCK]`); `MONKEY`,
+    ///   `TOKENIZER_PATH`, `KEYBOARD_LAYOUT`, `XDG_SESSION_*`, `PWD` and `OLDPWD` are
+    ///   passed on.
+    /// - `minimal`: only `HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM`, `USER`, `LANG` and
+    ///   `TMPDIR`, what the official MCP SDKs pass on.
+    /// - `all`: everything, credentials included.
+    ///
+    /// Whichever it is, the inherited value of a variable whose name names a credential
+    /// (`GITHUB_TOKEN` under `all`) is registered as a secret, as `env`'s values are, and
+    /// redacted wherever text leaves toolmux (outputs, errors, logs); a count
+    /// (`MAX_TOKENS=4096`), a variable describing the machine (`HOME`, `XDG_*`, `LC_*`) and
+    /// an empty value are not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_inherit: Option<toolmux_mcp::EnvInherit>,
     /// Variables it inherits whatever `envInherit` says; the values of those whose names
