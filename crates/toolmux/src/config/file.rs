@@ -69,19 +69,17 @@ pub(crate) fn read_regular(path: &Path, role: FileRole) -> io::Result<String> {
     String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
+/// The error for a file over `role`'s limit: `len` is its size, `None` when it was within
+/// the limit when looked at and grew past it while it was read.
 fn too_big(len: Option<u64>, role: FileRole) -> io::Error {
+    let (limit, name) = (mebibytes(role.limit()), role.name());
     let size = match len {
-        Some(len) => format!("it is {}", mebibytes(len)),
-        None => "it grew while read, past the limit".to_owned(),
+        Some(len) => format!("it is {}, over the limit of {limit} for {name}", mebibytes(len)),
+        None => format!("it grew while it was read to more than {limit}, the limit for {name}"),
     };
     io::Error::new(
         io::ErrorKind::InvalidInput,
-        format!(
-            "{size}, over the limit of {} for {}: one that big is likely a mistake \
-             (a wrong path, or generated data)",
-            mebibytes(role.limit()),
-            role.name()
-        ),
+        format!("{size}: one that big is likely a mistake (a wrong path, or generated data)"),
     )
 }
 
@@ -145,6 +143,20 @@ mod tests {
         file.set_len(CONFIG_MAX_BYTES).expect("shrunk");
         let text = read_within(&big).expect("a file at the limit is read");
         assert_eq!(text.len() as u64, CONFIG_MAX_BYTES);
+    }
+
+    /// A file within the limit when looked at that grew past it while it was read (which
+    /// `toolmux_core::regular` tells by reading a byte more than the limit; no file here
+    /// can be made to grow at that moment every time) says so, with the limit.
+    #[test]
+    fn a_file_that_grew_past_the_limit_while_it_was_read_says_so() {
+        let e = too_big(None, FileRole::Config);
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(
+            e.to_string(),
+            "it grew while it was read to more than 16 MiB, the limit for a configuration \
+             file: one that big is likely a mistake (a wrong path, or generated data)"
+        );
     }
 
     #[test]
