@@ -7,7 +7,8 @@
 //! package). `cargo xtask bench` installs it. Options: `--quick` (fewer runs, smaller read
 //! file), `--tree DIR` (grep an existing tree instead of the generated one), `--bash` (only
 //! the `bash` comparison), `--protect` (only `bash` with the user's `protect` and `hide`
-//! lines, against without). The tables it prints are what BENCHMARKS-fs.md records.
+//! lines, against without), `--glob` (only `fs__glob` on the tree, beside `rg --files`). The
+//! tables it prints are what BENCHMARKS-fs.md records.
 
 use serde_json::json;
 use std::io::{BufWriter, Write};
@@ -40,6 +41,19 @@ fn main() {
         let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/toolmux-fs-bench/tree");
         generate_tree(&tree);
         bash_with_protect_lines(&tree, quick);
+        return;
+    }
+    if args.iter().any(|a| a == "--glob") {
+        let tree = match args.iter().position(|a| a == "--tree") {
+            Some(at) => PathBuf::from(&args[at + 1]),
+            None => {
+                let tree = Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../target/toolmux-fs-bench/tree");
+                generate_tree(&tree);
+                tree
+            }
+        };
+        glob_against_rg_files(&tree, quick);
         return;
     }
     bash_against_a_spawn(quick);
@@ -301,6 +315,67 @@ fn bash_with_protect_lines(tree: &Path, quick: bool) {
         ms(median(&mut again))
     )
     .expect("write to stdout");
+}
+
+/// `fs__glob` on the tree (walk, match, the re-check of each matched name through the root's
+/// handle, sorting newest first, formatting) against `rg --files` with the same glob, which
+/// walks and matches only; alternating, one warm-up each.
+fn glob_against_rg_files(tree: &Path, quick: bool) {
+    let mut out = std::io::stdout().lock();
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let fs = FsProvider::new(FsConfig::new(tree)).expect("provider");
+    let runs = if quick { 3 } else { 15 };
+    let glob = |args: serde_json::Value| {
+        let started = Instant::now();
+        let result =
+            runtime.block_on(fs.call("glob", args, &CallContext::new())).expect("fs__glob runs");
+        assert!(!result.is_error, "{}", result.to_text());
+        let total = result.extras.get("total").and_then(|t| t.as_u64()).unwrap_or(0);
+        (started.elapsed(), total)
+    };
+    let rg_files = |glob: &str| {
+        let started = Instant::now();
+        let output = Command::new("rg")
+            .args(["--files", "--no-messages", "-g", glob])
+            .current_dir(tree)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run rg");
+        (started.elapsed(), output.stdout.iter().filter(|&&b| b == b'\n').count())
+    };
+    writeln!(out, "| case | files matched | `rg --files -g` min / median | `fs__glob` min / median | ratio of medians |")
+        .expect("write to stdout");
+    writeln!(out, "|---|--:|--:|--:|--:|").expect("write to stdout");
+    let cases = [
+        ("every file, newest first (limit 100)", "*.rs", json!({"pattern": "**/*.rs"})),
+        (
+            "every file, by path, all shown",
+            "*.rs",
+            json!({"pattern": "**/*.rs", "sort": "path", "limit": 100_000}),
+        ),
+        ("one name in 1,000", "f1??7.rs", json!({"pattern": "**/f1??7.rs"})),
+    ];
+    for (name, rg_glob, args) in cases {
+        let (_, rg_count) = rg_files(rg_glob);
+        let (_, fs_count) = glob(args.clone());
+        let (mut rg_times, mut fs_times) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            rg_times.push(rg_files(rg_glob).0);
+            fs_times.push(glob(args.clone()).0);
+        }
+        let (rg_median, fs_median) = (median(&mut rg_times), median(&mut fs_times));
+        writeln!(
+            out,
+            "| {name} | {fs_count} ({rg_count} by rg) | {:.1} / {:.1} ms | {:.1} / {:.1} ms | {:.2}x |",
+            ms(rg_times[0]),
+            ms(rg_median),
+            ms(fs_times[0]),
+            ms(fs_median),
+            ms(fs_median) / ms(rg_median)
+        )
+        .expect("write to stdout");
+    }
 }
 
 /// Files and folders beneath `dir`.
