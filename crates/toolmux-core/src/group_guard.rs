@@ -47,6 +47,9 @@ for p in $g; do set -- "$@" "-$p"; done
 /// The name the watchman runs under (its `$0`), which `ps` shows.
 pub const WATCHMAN_NAME: &str = "toolmux-group-guard";
 
+/// The one variable in the watchman's environment.
+const GUARD_VAR: &str = "TOOLMUX_GROUP_GUARD";
+
 /// The groups being watched and the watchman watching them, for the whole process.
 static WATCH: Mutex<Watch> = Mutex::new(Watch { watchman: None, groups: BTreeSet::new() });
 
@@ -157,6 +160,10 @@ impl Watchman {
             .args(["-c", SCRIPT, WATCHMAN_NAME])
             .current_dir("/")
             .env_clear()
+            // Not empty: a sweep for marked processes (`crate::mark`) takes a young process
+            // whose environment reads empty for one between `fork` and `exec` and waits on it
+            // (about 130 ms a round), which delayed every reap in the watchman's first 2 s.
+            .env(GUARD_VAR, "1")
             .stdin(Stdio::from(read))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -215,5 +222,29 @@ impl LeaderExit {
             Some(pidfd) => pidfd.readable().await.map(drop),
             None => child.wait().await.map(drop),
         }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// A sweep for marked processes waits on a young process whose environment reads
+    /// empty; the watchman's must not read empty.
+    #[test]
+    fn the_watchman_environment_is_not_empty() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "read -r _"])
+            .stdin(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("spawn sh");
+        let guard = GroupGuard::watch(Some(child.id()), "test").expect("a group above 1");
+        let watchman = lock().watchman.as_ref().map(|w| w.process.id()).expect("a watchman");
+        let environ = std::fs::read(format!("/proc/{watchman}/environ")).expect("its environ");
+        drop(child.stdin.take());
+        let _ = child.wait();
+        drop(guard);
+        assert_eq!(environ, format!("{GUARD_VAR}=1\0").into_bytes());
     }
 }
