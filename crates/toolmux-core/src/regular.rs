@@ -98,7 +98,7 @@ pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, RegularError> {
     let (file, meta) = open_checked(path, OpenOptions::new().read(true))?;
     check(&meta, limit)?;
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    file.take(limit + 1).read_to_end(&mut bytes).map_err(RegularError::Io)?;
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(RegularError::Io)?;
     if bytes.len() as u64 > limit {
         return Err(RegularError::TooBig { len: None, limit });
     }
@@ -219,6 +219,14 @@ mod tests {
         assert_eq!((len, limit), (Some(100 << 20), 16 << 20));
         file.set_len(16 << 20).expect("shrunk");
         assert_eq!(read_regular(&path, 16 << 20).expect("at the limit").len(), 16 << 20);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn no_limit_reads_the_whole_file() {
+        let dir = scratch();
+        std::fs::write(dir.join("some"), "text").expect("written");
+        assert_eq!(read_regular(&dir.join("some"), u64::MAX).expect("read"), b"text");
         std::fs::remove_dir_all(&dir).ok();
     }
 
