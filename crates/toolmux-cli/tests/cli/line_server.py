@@ -5,20 +5,31 @@ argument, a JSON object:
 - `tools`: its tools, as `tools/list` gives them;
 - `text`: what every call answers;
 - `write` (optional): a file every call writes `changed` to, in the working folder;
-- `notify` (optional): the method of a notification sent before every call's answer.
+- `notify` (optional): the method of a notification sent before every call's answer;
+- `sleep` (optional): seconds every call takes before its answer, calls answered on
+  threads of their own, so that several run at once.
 
 Usage: python line_server.py '{"name": "n", "tools": [...], "text": "done"}'
 """
 
 import json
 import sys
+import threading
+import time
 
 SPEC = json.loads(sys.argv[1])
+LOCK = threading.Lock()
 
 
 def send(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    with LOCK:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+
+def answer_late(id, result):
+    time.sleep(SPEC["sleep"])
+    send({"jsonrpc": "2.0", "id": id, "result": result})
 
 
 for line in sys.stdin:
@@ -41,6 +52,9 @@ for line in sys.stdin:
         if "notify" in SPEC:
             send({"jsonrpc": "2.0", "method": SPEC["notify"]})
         result = {"content": [{"type": "text", "text": SPEC["text"]}]}
+        if "sleep" in SPEC:
+            threading.Thread(target=answer_late, args=(id, result), daemon=True).start()
+            continue
     else:
         result = {}
     send({"jsonrpc": "2.0", "id": id, "result": result})

@@ -2,7 +2,7 @@
 //! streamable HTTP, with the builtin tools and `@modelcontextprotocol/server-everything`
 //! behind it.
 
-use crate::{Project, Run, gateway_project, peer, toolmux_bin, wait};
+use crate::{Project, Run, gateway_project, line_server, peer, toolmux_bin, wait};
 use serde_json::{Value, json};
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::PathBuf;
@@ -978,6 +978,99 @@ fn rate_limits_refuse_calls_beyond_them() {
         "{}",
         run.stderr
     );
+}
+
+/// A call's wait for one of its server's `maxCallsInFlight` slots counts against its
+/// `toolTimeout`, one deadline per call, through the real gateway over HTTP: five
+/// concurrent calls of a tool that takes 3 s, two at a time, 4 s each. The two that get a
+/// slot first succeed at 3 s; the rest end at 4 s, saying they waited for a slot, where
+/// each call got a whole timeout once it had a slot and the last succeeded after 9 s.
+#[test]
+fn calls_waiting_for_a_slot_over_http_end_within_their_timeout() {
+    const SLACK: Duration = Duration::from_millis(2500);
+    let nap = line_server(&json!({
+        "name": "slow", "text": "rested", "sleep": 3,
+        "tools": [{"name": "nap", "inputSchema": {"type": "object"}}],
+    }));
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "defaults: {{maxCallsInFlight: 2, toolTimeout: 4000}}\nmcpServers:\n  slow:\n{nap}"
+        ),
+    );
+    let gateway = serve_http(&project);
+    let (status, response) = raw_post(&gateway.url, None);
+    assert_eq!(status, 200, "{response}");
+    let session = response
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().starts_with("mcp-session-id:").then(|| l[15..].trim()))
+        .expect("a session id")
+        .to_owned();
+    let host = gateway.url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    let headers = [("Mcp-Session-Id", session.as_str()), ("Mcp-Protocol-Version", "2025-06-18")];
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert_eq!(raw_request(&gateway.url, &host, "POST", "/mcp", &headers, initialized).0, 202);
+
+    let start = std::sync::Barrier::new(5);
+    // Each thread only calls and times its call, so that the gateway is stopped before any
+    // assertion can fail; no read waits more than raw_request's 10 s.
+    let calls: Vec<(Duration, u16, String)> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (1..=5)
+            .map(|id| {
+                let (start, url, host, headers) = (&start, &gateway.url, &host, &headers);
+                scope.spawn(move || {
+                    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                        "params": {"name": "slow__nap", "arguments": {}}});
+                    start.wait();
+                    let began = Instant::now();
+                    let (status, response) =
+                        raw_request(url, host, "POST", "/mcp", headers, &call.to_string());
+                    (began.elapsed(), status, response)
+                })
+            })
+            .collect();
+        calls.into_iter().map(|call| call.join().expect("the call's thread")).collect()
+    });
+    let run = stop(gateway);
+    let answers: Vec<(Duration, Value)> = calls
+        .into_iter()
+        .map(|(took, status, response)| {
+            assert_eq!(status, 200, "{response}");
+            // The answer is an SSE event's data.
+            let answer = response
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+                .find(|m| m["id"].is_number())
+                .unwrap_or_else(|| panic!("no answer: {response}"));
+            (took, answer)
+        })
+        .collect();
+    let summary: Vec<String> =
+        answers.iter().map(|(took, answer)| format!("{took:?}: {answer}")).collect();
+    for (took, _) in &answers {
+        assert!(*took < Duration::from_secs(4) + SLACK, "an answer came late: {summary:#?}");
+    }
+    let mut succeeded = 0;
+    for (_, answer) in &answers {
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        if answer["result"]["isError"] == false && text == "rested" {
+            succeeded += 1;
+            continue;
+        }
+        assert_eq!(answer["result"]["isError"], true, "{summary:#?}");
+        assert!(
+            text.starts_with("timeout: `slow__nap` did not finish within 4s: "),
+            "{summary:#?}"
+        );
+        // Sent after its wait (`counts the 3.0s it waited for a slot`), or never sent
+        // (`waited all of its timeout … for one of the 2 calls `slow` may have in flight`).
+        let waited = text.contains("waited for a slot") || text.contains("waited all of its");
+        assert!(waited && text.contains("maxCallsInFlight"), "{summary:#?}");
+    }
+    assert!(succeeded >= 2, "fewer than two calls succeeded: {summary:#?}");
+    assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
 /// An output over the size cap of a tool with an output schema (server-everything's
