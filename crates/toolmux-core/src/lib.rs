@@ -79,7 +79,7 @@ pub use interaction::{
 };
 pub use kind::{PermissionClass, ToolKind};
 pub use mark::{MarkedGroup, PROCESS_MARK_VAR, ProcessMark};
-pub use output::{ContentPart, ToolOutput, json_len};
+pub use output::{ContentPart, ToolOutput, json_kind, json_len};
 pub use provider::{
     Health, ProviderHealth, Relayed, ResourceUpdateNotifier, ResourceUpdates, Subject, SubjectKind,
     ToolListChanges, ToolListNotifier, ToolProvider, parse_arguments,

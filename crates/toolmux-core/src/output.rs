@@ -80,6 +80,18 @@ impl ContentPart {
     }
 }
 
+/// What JSON type `value` is, with its article, for a message: `a string`, `null`.
+pub fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// The bytes `value` takes as compact JSON text, counted without building the text.
 pub fn json_len(value: &Value) -> usize {
     struct Counter(usize);

@@ -5,7 +5,7 @@
 //! is wrapped or left out.
 
 use serde_json::{Value, json};
-use toolmux_core::{ContentPart, ToolOutput};
+use toolmux_core::{ContentPart, ToolOutput, json_kind};
 
 /// The widest or tallest image passed on, in pixels: no model API takes more (Anthropic's
 /// limit is 8,000 a side), and a header declaring more is broken or hostile.
@@ -149,18 +149,6 @@ fn base64_problem(data: &str) -> Option<String> {
         return Some(format!("{chars} characters, not a multiple of 4"));
     }
     None
-}
-
-/// `value`'s JSON type, with its article, for a message.
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 
 use rmcp::model::{CallToolResult, ContentBlock, ServerResult};
 use serde_json::{Map, Value};
+use toolmux_core::json_kind;
 
 /// The content part types MCP defines.
 const PART_TYPES: [&str; 5] = ["text", "image", "audio", "resource", "resource_link"];
@@ -26,12 +27,12 @@ pub(super) fn call_result(answer: &ServerResult) -> Result<(CallToolResult, Vec<
         other => return Err(format!("it is {}", super::variant_name(other))),
     };
     let Value::Object(object) = raw else {
-        return Err(format!("it is {}", kind_of(raw)));
+        return Err(format!("it is {}", json_kind(raw)));
     };
     let content = match object.get("content") {
         Some(Value::Array(parts)) => parts,
         Some(other) => {
-            return Err(format!("its `content` is {}, not a list of parts", kind_of(other)));
+            return Err(format!("its `content` is {}, not a list of parts", json_kind(other)));
         }
         None => {
             let fields = object.keys().map(String::as_str).collect::<Vec<_>>().join(", ");
@@ -63,11 +64,11 @@ pub(super) fn call_result(answer: &ServerResult) -> Result<(CallToolResult, Vec<
 /// One content part, or why it is none.
 fn part_of(part: &Value) -> Result<ContentBlock, String> {
     let Value::Object(fields) = part else {
-        return Err(format!("{}, not a content part", kind_of(part)));
+        return Err(format!("{}, not a content part", json_kind(part)));
     };
     let kind = match fields.get("type") {
         Some(Value::String(kind)) => kind.as_str(),
-        Some(other) => return Err(format!("its `type` is {}", kind_of(other))),
+        Some(other) => return Err(format!("its `type` is {}", json_kind(other))),
         None => return Err("it has no `type`".to_owned()),
     };
     if !PART_TYPES.contains(&kind) {
@@ -77,18 +78,6 @@ fn part_of(part: &Value) -> Result<ContentBlock, String> {
         return Err("a text part without a `text` string".to_owned());
     }
     serde_json::from_value(part.clone()).map_err(|e| format!("a malformed {kind} part: {e}"))
-}
-
-/// What kind of JSON value `value` is.
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// `text` cut to 40 characters for a message.
