@@ -30,8 +30,12 @@ pub const DEFAULT_MAX_TOOLS: usize = 128;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RestToolConfig {
-    /// What the tool does, for the model.
-    pub description: String,
+    /// What the tool does, for the model. Optional: without one, the model sees the method
+    /// and the URL template, such as `GET https://api.example.com/items/{id}` (without the
+    /// URL's query and user info, values from the environment redacted); a sentence saying
+    /// what the call is for serves the model better.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     /// HTTP method (default `GET`).
     #[serde(default = "default_method")]
     pub method: String,

@@ -404,6 +404,15 @@ impl RestProvider {
         known.extend(crate::secrets::forms_of(values));
         known.sort();
         known.dedup();
+        // An inline tool's description may show its URL's path (the default one does),
+        // which may hold a value from the environment (`/bot${TOKEN}/sendMessage`).
+        for tool in &mut self.tools {
+            if let (Some(tool), false) = (Arc::get_mut(tool), known.is_empty())
+                && matches!(tool.plan, Plan::Inline(_))
+            {
+                tool.spec.description = crate::secrets::scrub(&tool.spec.description, &known);
+            }
+        }
         self.known_secrets = known.into();
         self
     }
@@ -840,8 +849,17 @@ fn inline_tool(
         permission: Some(PermissionClass::Network),
         ..ToolAnnotations::default()
     };
-    let spec = ToolSpec::new(local, config.description.clone(), input_schema)
-        .with_annotations(annotations);
+    let secrets = secrets.into_forms();
+    let description = match &config.description {
+        Some(description) => description.clone(),
+        // Only the URL's path goes in, placeholders shown as `{id}`: the query and user info
+        // may hold a key from the environment, and so may a path segment.
+        None => {
+            let shown = Template::parse(&request::url_text_for_messages(&config.url)).shown();
+            format!("{method} {}", crate::secrets::scrub(&shown, &secrets))
+        }
+    };
+    let spec = ToolSpec::new(local, description, input_schema).with_annotations(annotations);
     Ok(RestTool {
         spec,
         plan: Plan::Inline(InlinePlan {
@@ -860,7 +878,7 @@ fn inline_tool(
         },
         client,
         passthrough: passthrough_names(name, &config.passthrough_headers)?,
-        secrets: secrets.into_forms().into(),
+        secrets: secrets.into(),
     })
 }
 

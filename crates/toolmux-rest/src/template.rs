@@ -87,6 +87,17 @@ impl Template {
         })
     }
 
+    /// The template as a reader would write it: each placeholder as `{name}`.
+    pub(crate) fn shown(&self) -> String {
+        self.pieces
+            .iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => text.clone(),
+                Piece::Parameter(name) => format!("{{{name}}}"),
+            })
+            .collect()
+    }
+
     /// The parameter when the template is exactly one placeholder.
     pub(crate) fn sole_parameter(&self) -> Option<&str> {
         match self.pieces.as_slice() {

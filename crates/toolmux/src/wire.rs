@@ -1708,7 +1708,7 @@ fn external_http(loaded: &Loaded) -> Result<Option<Arc<dyn ToolProvider>>, Toolm
         let declares_object = |s: &serde_json::Value| s.get("type").is_some_and(|t| t == "object");
         let schema = tool.input_schema.clone().filter(declares_object);
         let request = toolmux_rest::RestToolConfig {
-            description: tool.description.clone(),
+            description: Some(tool.description.clone()),
             method: execution.method.unwrap_or_else(|| "GET".to_owned()),
             url: url.to_owned(),
             headers: execution.headers,
@@ -2064,6 +2064,53 @@ mod tests {
         let file = tmp.path().join("toolmux-4");
         std::fs::write(&file, "x").expect("file");
         assert!(own_private_dir(&file).is_err());
+    }
+}
+
+/// `restTools` through a real build: what a model is shown of an inline REST tool.
+#[cfg(all(test, feature = "rest"))]
+mod rest_tests {
+    use super::*;
+    use crate::config::{FileFormat, load_str};
+
+    /// `BOT_TOKEN` is a credential-named variable, so the loader keeps its value secret.
+    fn load(yaml: &str, dir: &Path) -> Loaded {
+        let env = |name: &str| (name == "BOT_TOKEN").then(|| "bot-secret-123".to_owned());
+        load_str(yaml, FileFormat::Yaml, "toolmux.yaml", dir, &env).expect("loads")
+    }
+
+    #[tokio::test]
+    async fn a_rest_tool_without_a_description_is_described_by_its_method_and_url() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let yaml = "defaults: {outputDir: out}
+restTools:
+  get:
+    url: \
+                    https://api.example.com/items/${parameters.id}?key=k-12345
+  send:
+    \
+                    method: post
+    url: https://user:pw-1234@api.example.com/bot${BOT_TOKEN}/send
+  \
+                    said:
+    description: Looks an item up
+    url: https://api.example.com/x
+";
+        let toolmux = Toolmux::build(&load(yaml, dir.path())).await.expect("built");
+        let orchestrator = toolmux.orchestrator();
+        let report = orchestrator.warmup().await;
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        let described: std::collections::BTreeMap<String, String> =
+            orchestrator.tools().into_iter().map(|t| (t.name, t.description)).collect();
+        let expected = [
+            ("rest__get", "GET https://api.example.com/items/{id}"),
+            ("rest__said", "Looks an item up"),
+            ("rest__send", "POST https://api.example.com/REDACTED/send"),
+        ];
+        for (name, description) in expected {
+            assert_eq!(described.get(name).map(String::as_str), Some(description), "{described:?}");
+        }
+        toolmux.shutdown().await.expect("stopped");
     }
 }
 
