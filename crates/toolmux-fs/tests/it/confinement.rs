@@ -350,3 +350,84 @@ async fn glob_lists_nothing_outside_while_a_folder_is_swapped_for_a_symlink() {
     // The folders not swapped are always listed whole.
     assert!(listed >= runs * 1700, "{listed} names in {runs} runs");
 }
+
+/// A folder swapped for a symlink to a tree outside while `glob` walks does not make the
+/// walker list that tree: the walker opens folders by path and so followed the link, walking
+/// the whole tree outside (up to the search's 30 s limit, for a large one) for names the
+/// re-check then dropped. Each folder is now opened again through the root's handle before
+/// its entries are listed. Seen by the access times of the folders outside, set to 1970
+/// first: listing a folder sets it (relatime), which the walker did in every run of this
+/// test before the change, and no longer does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn glob_does_not_walk_a_tree_outside_swapped_in_for_a_folder() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant, UNIX_EPOCH};
+    let fx = Fixture::new();
+    let outside = fx.outside().join("large");
+    let folders: Vec<PathBuf> = (0..200).map(|d| outside.join(format!("o{d:03}"))).collect();
+    for dir in &folders {
+        std::fs::create_dir_all(dir).unwrap();
+        for i in 0..5 {
+            std::fs::write(dir.join(format!("s-outside-{i}.txt")), "").unwrap();
+        }
+    }
+    for d in 0..20 {
+        for i in 0..100 {
+            fx.put(&format!("tree/d{d:03}/s{i}.txt"), "x");
+        }
+    }
+    let never_read = || std::fs::FileTimes::new().set_accessed(UNIX_EPOCH);
+    let read = |dir: &Path| std::fs::metadata(dir).unwrap().accessed().unwrap() > UNIX_EPOCH;
+    for dir in &folders {
+        std::fs::File::open(dir).unwrap().set_times(never_read()).unwrap();
+    }
+    // The file system records that a folder was listed (it is not mounted noatime).
+    let control = fx.outside().join("control");
+    std::fs::create_dir(&control).unwrap();
+    std::fs::File::open(&control).unwrap().set_times(never_read()).unwrap();
+    assert_eq!(std::fs::read_dir(&control).unwrap().count(), 0);
+    assert!(
+        read(&control),
+        "listing a folder left its access time at 1970: this test needs a file system that \
+         records access times (relatime or strictatime, not noatime)"
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps: Vec<_> = ["tree/d005", "tree/d010", "tree/d015"]
+        .into_iter()
+        .map(|dir| {
+            let (stop, dir, outside) = (stop.clone(), fx.root().join(dir), outside.clone());
+            std::thread::spawn(move || {
+                let real = dir.with_extension("real");
+                let mut swapped = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    std::fs::rename(&dir, &real).unwrap();
+                    symlink(&outside, &dir).unwrap();
+                    std::fs::remove_file(&dir).unwrap();
+                    std::fs::rename(&real, &dir).unwrap();
+                    swapped += 1;
+                }
+                swapped
+            })
+        })
+        .collect();
+    let args = json!({"pattern": "**/s*.txt", "path": "tree", "limit": 100_000, "sort": "path"});
+    let started = Instant::now();
+    let mut runs = 0u32;
+    while runs < 20 && started.elapsed() < Duration::from_secs(10) {
+        let text = fx.ok("glob", args.clone()).await;
+        assert!(!text.contains("outside"), "run {runs}: a name from outside in {text}");
+        runs += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swapped: u64 = swaps.into_iter().map(|s| s.join().unwrap()).sum();
+    assert!(swapped > 100 && runs >= 5, "{swapped} swaps, {runs} runs");
+    let listed: Vec<&PathBuf> = folders.iter().filter(|dir| read(dir)).collect();
+    assert!(
+        listed.is_empty(),
+        "{} of {} folders outside were listed by {runs} runs of glob, such as {}",
+        listed.len(),
+        folders.len(),
+        listed[0].display()
+    );
+}
