@@ -345,10 +345,26 @@ impl Splitter {
             self.word.push(chars[i]);
             i += 1;
         }
-        while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '-') {
-            self.word.push(chars[i]);
+        if self.word.ends_with("<<") && chars.get(i) == Some(&'-') {
+            // `<<-EOF`: a here-document with its leading tabs removed.
+            self.word.push('-');
             i += 1;
+        } else if self.word.ends_with("<&") || self.word.ends_with(">&") {
+            // `>&2`, `2>&1`, `<&3-`, `>&-` duplicate or close a descriptor only when the
+            // digits (or `-`) make the whole word: bash reads `>&2keep.txt` as a write of
+            // stdout and stderr to the file `2keep.txt`, whose name is then the next word.
+            let digits = chars[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+            let dash = usize::from(chars.get(i + digits) == Some(&'-'));
+            let end = i + digits + dash;
+            let ends_word = chars.get(end).is_none_or(|c| {
+                matches!(c, ' ' | '\t' | '\n' | ';' | '&' | '|' | '<' | '>' | '(' | ')')
+            });
+            if end > i && ends_word {
+                self.word.extend(&chars[i..end]);
+                i = end;
+            }
         }
+        // Digits or `-` after any other operator are its target: `>1` writes a file `1`.
         self.started = true;
         self.end_word();
         i
@@ -612,6 +628,12 @@ mod tests {
         assert_eq!(commands("cargo test 2>&1 | tail -5"), ["cargo test 2>&1", "tail -5"]);
         assert_eq!(commands("echo hi>out.txt"), ["echo hi > out.txt"]);
         assert_eq!(commands("make &> log"), ["make &> log"]);
+        // Digits or `-` after `>&` are a descriptor only as the whole word, as bash reads it.
+        assert_eq!(commands("ls >&2keep.txt"), ["ls >& 2keep.txt"]);
+        assert_eq!(commands("ls >1 x"), ["ls > 1 x"]);
+        assert_eq!(commands("ls >- x"), ["ls > - x"]);
+        assert_eq!(commands("ls >&2;ls 2>&1|cat <&-"), ["ls >&2", "ls 2>&1", "cat <&-"]);
+        assert_eq!(commands("cat <<-EOF\n\tx\nEOF"), ["cat <<- EOF", "x", "EOF"]);
         assert_eq!(split("").commands, Vec::<Vec<String>>::new());
         assert_eq!(split("echo ''").commands, [vec!["echo".to_owned(), String::new()]]);
         assert_eq!(split("git status && git diff").opaque, None);
