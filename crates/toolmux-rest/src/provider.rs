@@ -429,6 +429,11 @@ impl RestProvider {
         &self.warnings
     }
 
+    /// The name a model and a user see of the tool named `local` here (`rest__get`).
+    fn full_name(&self, local: &str) -> String {
+        format!("{}{}{local}", self.namespace, naming::SEPARATOR)
+    }
+
     /// The specs of every tool, without awaiting.
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.iter().map(|t| t.spec.clone()).collect()
@@ -471,7 +476,8 @@ impl RestProvider {
         args: Map<String, Value>,
         ctx: &CallContext,
     ) -> Result<ToolOutput, RestError> {
-        let name = tool.spec.name.as_str();
+        // Errors name the tool as the model and the user see it (`rest__get`).
+        let name = &self.full_name(&tool.spec.name);
         // `5.0` goes as `5` where the input schema says integer (see `integers`); an inline
         // tool without a declared schema has no integer in its generated one.
         let mut args = args;
@@ -1017,6 +1023,7 @@ impl ToolProvider for RestProvider {
             let suggestions = close_names(name, self.by_name.keys());
             return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions });
         };
+        let name = &self.full_name(name);
         let args = match arguments {
             Value::Object(map) => map,
             Value::Null => Map::new(),

@@ -279,7 +279,7 @@ async fn secrets_stay_out_of_debug_output_and_errors() {
     let text = err.to_string();
     assert_eq!(
         text,
-        "`oauth`: cannot obtain an OAuth2 token for scheme `oauth`: token endpoint answered HTTP 400: {\"error\":\"invalid_client\"}"
+        "`secured__oauth`: cannot obtain an OAuth2 token for scheme `oauth`: token endpoint answered HTTP 400: {\"error\":\"invalid_client\"}"
     );
 }
 

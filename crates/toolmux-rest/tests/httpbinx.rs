@@ -205,7 +205,7 @@ async fn inline_tools_template_url_query_headers_and_body() {
     let err = provider.call("echo", json!({"city": "x", "usr": "ann"}), &ctx).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        "invalid arguments for `echo`: at /: unknown argument `usr`; did you mean `user`?"
+        "invalid arguments for `rest__echo`: at /: unknown argument `usr`; did you mean `user`?"
     );
 
     let out = provider.call("b64", json!({"value": "aGk+Pj4+"}), &ctx).await.unwrap();
@@ -219,13 +219,13 @@ async fn inline_tools_template_url_query_headers_and_body() {
     let err = provider.call("tiny", json!({"n": "1000"}), &ctx).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        "`tiny`: response larger than 100 bytes, reading stopped: raise `maxResponseBytes` (of \
+        "`rest__tiny`: response larger than 100 bytes, reading stopped: raise `maxResponseBytes` (of \
          the tool, or of its OpenAPI import) or ask the API for less, such as a page or a filter"
     );
     let err = provider.call("b64", json!({}), &ctx).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        "invalid arguments for `b64`: at /: missing argument `value` for the URL"
+        "invalid arguments for `rest__b64`: at /: missing argument `value` for the URL"
     );
 
     Conformance::new()

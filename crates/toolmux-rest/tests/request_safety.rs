@@ -840,7 +840,7 @@ async fn oversized_responses_say_how_to_get_them() {
     let err = call_error(&provider, "list_items", json!({})).await;
     assert_eq!(
         err,
-        "`list_items`: response larger than 50 bytes, reading stopped: raise `maxResponseBytes` \
+        "`s__list_items`: response larger than 50 bytes, reading stopped: raise `maxResponseBytes` \
          (of the tool, or of its OpenAPI import) or ask the API for less, such as a page or a \
          filter"
     );

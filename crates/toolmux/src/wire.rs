@@ -1911,8 +1911,14 @@ mod rest {
         if !c.rest_tools.is_empty() && keep(toolmux_rest::INLINE_NAMESPACE) {
             // The environment's values are redacted even where the crate cannot see they
             // are secret (a token in a URL's path).
+            // An entry's mistake is named by its place in the file (`restTools.get`).
             let provider = RestProvider::inline(&c.rest_tools)
-                .map_err(|e| ToolmuxError::config(file, format!("restTools: {e}")))?
+                .map_err(|e| match e {
+                    toolmux_rest::RestError::Config { name, message } => {
+                        ToolmuxError::config(file, format!("restTools.{name}: {message}"))
+                    }
+                    other => ToolmuxError::config(file, format!("restTools: {other}")),
+                })?
                 .with_secrets(&loaded.secrets);
             let namespace = provider.namespace().to_owned();
             for (name, tool) in &c.rest_tools {
@@ -2111,6 +2117,44 @@ restTools:
             assert_eq!(described.get(name).map(String::as_str), Some(description), "{described:?}");
         }
         toolmux.shutdown().await.expect("stopped");
+    }
+
+    /// Errors of a call name the tool as the model called it, and a load error the entry
+    /// by its place in the file, where both said `get`.
+    #[tokio::test]
+    async fn errors_name_the_tool_as_called_and_the_entry_by_its_key() {
+        use toolmux_core::{CallContext, ToolCall};
+        let dir = tempfile::tempdir().expect("a folder");
+        let yaml = "defaults: {outputDir: out}\nrestTools:\n  get:\n    url: \
+                    http://127.0.0.1:9/items/${parameters.id}\n  at:\n    url: \
+                    http://${parameters.host}:9/x\n";
+        let toolmux = Toolmux::build(&load(yaml, dir.path())).await.expect("built");
+        let orchestrator = toolmux.orchestrator();
+        let report = orchestrator.warmup().await;
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        let ctx = CallContext::new();
+        let empty = ToolCall::new("rest__get", serde_json::json!({"id": ""}));
+        let result = orchestrator.execute(empty, &ctx).await;
+        let error = result.error.as_deref().unwrap_or_default();
+        assert!(
+            error.starts_with("invalid arguments for `rest__get`: ")
+                && error.contains("path argument `id` is empty"),
+            "{result:?}"
+        );
+        let bad_host = ToolCall::new("rest__at", serde_json::json!({"host": "a b"}));
+        let result = orchestrator.execute(bad_host, &ctx).await;
+        let error = result.error.as_deref().unwrap_or_default();
+        assert!(error.contains("`rest__at`: request to http://a%20b:9/x failed"), "{result:?}");
+        toolmux.shutdown().await.expect("stopped");
+
+        let yaml = "defaults: {outputDir: out}\nrestTools:\n  get: {url: ''}\n";
+        let Err(error) = Toolmux::build(&load(yaml, dir.path())).await else {
+            panic!("an empty url was taken");
+        };
+        assert_eq!(
+            error.to_string(),
+            "toolmux.yaml: restTools.get: `url` must start with http:// or https://: ``"
+        );
     }
 }
 
