@@ -185,10 +185,14 @@ impl Matcher {
         }
     }
 
-    /// Whether it names an output redirection (`fs__bash(ls > *)`).
-    fn redirects(&self) -> bool {
-        matches!(self, Matcher::Command { words, .. }
-            if words.iter().any(|w| shellwords::is_redirection(w) && w.contains('>')))
+    /// Whether it names the output redirection `operator` at word `at` of the commands it
+    /// matches: the same operator there, followed by a glob for its target or by the rule's
+    /// trailing `*` (`fs__bash(ls > *)`). A duplication (`2>&1`) or a `/dev/null` target in a
+    /// rule names no file, so `fs__bash(make 2>/dev/null *)` does not cover `> Makefile`.
+    fn redirects(&self, at: usize, operator: &str) -> bool {
+        let Matcher::Command { words, rest } = self else { return false };
+        words.get(at).is_some_and(|w| w == operator)
+            && words.get(at + 1).map_or(*rest, |target| target != "/dev/null")
     }
 
     /// Whether this matches every call whatever it does (`fs__bash(*)`).
@@ -346,17 +350,23 @@ impl CallRules {
             // A rule on a command covers what the command does, not a file the shell
             // writes for it (`ls > notes.txt` skips the file tools' read-first check): a
             // redirection needs a rule that names one.
-            if let Some((operator, target)) = shellwords::file_redirection(command)
+            let uncovered = shellwords::file_redirections(command).find(|&(at, operator, _)| {
+                !self
+                    .allow
+                    .iter()
+                    .any(|r| r.matcher.command(command) && r.matcher.redirects(at, operator))
+            });
+            if let Some((at, operator, target)) = uncovered
                 && self.allow.iter().any(|r| r.matcher.command(command))
-                && !self.allow.iter().any(|r| r.matcher.command(command) && r.matcher.redirects())
             {
+                // The rule that would cover it has the operator at the same place.
                 return Permission::Ask(format!(
                     "command `{}` writes `{}` by a redirection (`{operator}`), which a rule on \
                      the command does not cover; an allow rule naming the redirection \
                      (`{tool}({} {operator} *)`) would",
                     shorten(&command.join(" ")),
                     shorten(target),
-                    command.first().map_or("", String::as_str),
+                    shorten(&command[..at].join(" ")),
                 ));
             }
             if !self.allow.iter().any(|r| r.matcher.command(command)) {
@@ -657,6 +667,34 @@ mod tests {
             let p = judge_command(&reads, "fs__bash", line);
             assert_eq!(verdict(&p), want, "{line}: {p:?}");
         }
+        // Only a rule with the same operator at the same place, followed by a target that
+        // is not /dev/null, covers a file redirection.
+        let named = PermissionRules::default()
+            .allow("fs__bash(cargo test 2>&1 *)")
+            .allow("fs__bash(make 2>/dev/null *)")
+            .allow("fs__bash(ls > *)")
+            .allow("fs__bash(cat x >> log.txt)")
+            .allow("fs__bash(echo * > /dev/null)");
+        for (line, want) in [
+            ("cargo test 2>&1 > Cargo.toml", "ask"),
+            ("cargo test 2>&1 >> Cargo.toml", "ask"),
+            ("cargo test 2>&1 -q", "allow"),
+            ("make 2>/dev/null > Makefile", "ask"),
+            ("make 2>/dev/null 2> Makefile", "ask"),
+            ("make 2>/dev/null all", "allow"),
+            ("ls > out.txt", "allow"),
+            ("ls > out.txt 2> err.txt", "ask"),
+            ("ls 2> err.txt", "deny"),
+            ("cat x >> log.txt", "allow"),
+            ("echo hi > /dev/null", "allow"),
+        ] {
+            let p = judge_command(&named, "fs__bash", line);
+            assert_eq!(verdict(&p), want, "{line}: {p:?}");
+        }
+        expect![[r#"Ask("command `cargo test 2>&1 > Cargo.toml` writes `Cargo.toml` by a redirection (`>`), which a rule on the command does not cover; an allow rule naming the redirection (`fs__bash(cargo test 2>&1 > *)`) would")"#]].assert_eq(&format!(
+            "{:?}",
+            judge_command(&named, "fs__bash", "cargo test 2>&1 > Cargo.toml")
+        ));
         expect![[r#"Ask("command `ls > keep.txt` writes `keep.txt` by a redirection (`>`), which a rule on the command does not cover; an allow rule naming the redirection (`fs__bash(ls > *)`) would")"#]]
             .assert_eq(&format!("{:?}", judge_command(&reads, "fs__bash", "ls > keep.txt")));
         // A program named `ls x` with a no-break space is not `ls x`: no hint of a rule.

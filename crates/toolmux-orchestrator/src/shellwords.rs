@@ -258,20 +258,24 @@ fn reads_commands(command: &[String]) -> bool {
     true
 }
 
-/// The first output redirection of `command` that writes a file (`> f`, `>> f`, `>| f`,
-/// `&> f`, `2> f`, `>& f`, `<> f`), as its operator and target: neither a duplication
-/// (`2>&1`, `>&2`, `>&-`) nor one to `/dev/null` is.
-pub(crate) fn file_redirection(command: &[String]) -> Option<(&str, &str)> {
-    command.iter().enumerate().find_map(|(i, word)| {
-        if !is_redirection(word) || !word.contains('>') {
+/// The output redirections of `command` that write a file (`> f`, `>> f`, `>| f`, `&> f`,
+/// `2> f`, `>& f`, `<> f`), as the operator's index, the operator and its target: neither a
+/// duplication (`2>&1`, `>&2`, `>&-`) nor one to `/dev/null` is.
+pub(crate) fn file_redirections(command: &[String]) -> impl Iterator<Item = (usize, &str, &str)> {
+    command.iter().enumerate().filter_map(|(i, word)| {
+        if !is_redirection(word) || !word.contains('>') || is_duplication(word) {
             return None;
         }
-        let duplication = word
-            .rsplit_once('&')
-            .is_some_and(|(before, after)| before.ends_with('>') && !after.is_empty());
         let target = command.get(i + 1).map_or("", String::as_str);
-        (!duplication && target != "/dev/null").then_some((word.as_str(), target))
+        (target != "/dev/null").then_some((i, word.as_str(), target))
     })
+}
+
+/// Whether the redirection operator `word` duplicates or closes a descriptor (`2>&1`,
+/// `>&2`, `<&-`) rather than naming a file.
+pub(crate) fn is_duplication(word: &str) -> bool {
+    word.rsplit_once('&')
+        .is_some_and(|(before, after)| before.ends_with(['>', '<']) && !after.is_empty())
 }
 
 /// Whether `word` is a redirection operator as [`split`] keeps it (`>`, `2>&1`, `<<<`).
