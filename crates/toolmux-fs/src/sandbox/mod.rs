@@ -803,6 +803,9 @@ fn git_entries(root: &Path, limit: std::time::Duration) -> (Vec<PathBuf>, bool) 
 fn other_runs(root: &Path) -> Vec<PathBuf> {
     let mut temporary: Vec<PathBuf> = TEMPORARY.iter().map(PathBuf::from).collect();
     temporary.push(std::env::temp_dir());
+    // `$TMPDIR` is usually `/tmp` again, not beside it: sorted first, so that each
+    // directory found is hidden once, not under two stacked mounts.
+    temporary.sort();
     temporary.dedup();
     let is_output_dir = |name: &std::ffi::OsStr| {
         name.to_str().and_then(|n| n.strip_prefix("toolmux-")).is_some_and(|hash| {
@@ -1109,6 +1112,18 @@ mod tests {
         let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
         let after_both = Repositories { started: later, ..Repositories::before(root, cut) };
         assert_eq!(after_both.made(root), (vec![], true));
+    }
+
+    #[test]
+    fn another_runs_output_directory_is_hidden_once() {
+        // `$TMPDIR` is usually `/tmp`, listed in `TEMPORARY` too but not next to it.
+        let temporary = std::env::temp_dir();
+        let name = format!("toolmux-{:08x}", std::process::id() ^ 0x5a5a_5a5a);
+        let dir = temporary.join(&name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let found = other_runs(Path::new("/nowhere/project"));
+        std::fs::remove_dir(&dir).unwrap();
+        assert_eq!(found.iter().filter(|p| **p == dir).count(), 1, "{} listed", dir.display());
     }
 
     #[test]
