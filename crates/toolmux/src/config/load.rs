@@ -301,6 +301,20 @@ fn load_text(
         }
         FileFormat::Yaml | FileFormat::Toml => text,
     };
+    // Before any parse: the YAML parser takes time growing with the square of flow
+    // nesting before it stops at its recursion limit.
+    if format == FileFormat::Yaml
+        && let Some(position) = nesting::too_deep(text)
+    {
+        return Err(error(
+            Some(position),
+            format!(
+                "flow collections (`[` and `{{`) nested more than {} deep: no configuration \
+                 needs that; write fewer levels (is the file generated or damaged?)",
+                nesting::MAX_FLOW_DEPTH
+            ),
+        ));
+    }
     let invalid =
         |e: Located| error(e.position, format!("invalid {}: {}", format.name(), e.message));
     // Syntax first, so that a syntax error is reported as one. A JSON file of nothing but
@@ -930,6 +944,7 @@ fn reference_position(text: &str, variable: &str) -> Option<(usize, usize)> {
 mod codex;
 #[cfg(feature = "mcp")]
 mod foreign;
+mod nesting;
 #[cfg(all(feature = "mcp", feature = "fs"))]
 mod seed_tools;
 mod shape;

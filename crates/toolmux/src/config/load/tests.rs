@@ -932,3 +932,23 @@ fn a_configuration_over_16_mib_is_refused_before_it_is_read() {
     expect![[r#"cannot read the configuration file toolmux.yaml: it is 17.0 MiB, over the limit of 16 MiB for a configuration file: one that big is likely a mistake (a wrong path, or generated data)"#]]
         .assert_eq(&with_causes(&e));
 }
+
+/// 20 000 nested `{a: ` took the YAML parser 13 s (debug build) to refuse with `recursion
+/// limit exceeded`; the nesting check refuses it before parsing.
+#[test]
+fn deeply_nested_flow_collections_are_refused_before_parsing() {
+    let text = format!("fs: {}1{}\n", "{a: ".repeat(20_000), "}".repeat(20_000));
+    yaml_error(
+        &text,
+        expect![[
+            "toolmux.yaml:1:1029: flow collections (`[` and `{`) nested more than 256 deep: no configuration needs that; write fewer levels (is the file generated or damaged?)"
+        ]],
+    );
+    let text = format!("a: 1\nfs:\n  x: {}\n", "[".repeat(20_000));
+    yaml_error(
+        &text,
+        expect![[
+            "toolmux.yaml:3:262: flow collections (`[` and `{`) nested more than 256 deep: no configuration needs that; write fewer levels (is the file generated or damaged?)"
+        ]],
+    );
+}
