@@ -2558,11 +2558,11 @@ impl Orchestrator {
         }
         let start = Instant::now();
         // One deadline per call: its timeout runs from when it began to wait for its slots.
+        // The run's tool time left is counted from `start`, when the call got its slots, so
+        // it caps the deadlines below directly rather than shortening `timeout`, which runs
+        // from `arrived`.
         let arrived = start.checked_sub(queued).unwrap_or(start);
-        let mut timeout = settings.timeout;
-        if let Some(deadline) = run_deadline {
-            timeout = timeout.min(deadline.saturating_duration_since(start));
-        }
+        let timeout = settings.timeout;
         let hard_deadline = {
             let cap = if settings.reset_on_progress {
                 settings.max_total_time.unwrap_or(timeout.saturating_mul(10))
