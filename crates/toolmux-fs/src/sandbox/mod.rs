@@ -90,10 +90,8 @@ pub(crate) struct Sandbox {
     matched: std::sync::Mutex<(Option<std::time::Instant>, std::sync::Arc<globs::Matched>)>,
     /// Held while the lines' matches are looked for.
     walking: tokio::sync::Mutex<()>,
-    /// Whether a walk for repositories was cut at [`REPOSITORY_WALK`]: the tree is too
-    /// large to walk before each command as well as after, so later commands are judged
-    /// by the walk after them alone (see [`Repositories::made`]).
-    repositories_cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// What the walks for repositories beneath the root learnt, shared by its commands.
+    repository_walks: std::sync::Arc<RepositoryWalks>,
 }
 
 /// How long what the user's lines matched is used again before the root is walked anew:
@@ -172,7 +170,7 @@ impl Sandbox {
             globs: None,
             matched: Default::default(),
             walking: tokio::sync::Mutex::new(()),
-            repositories_cut: Default::default(),
+            repository_walks: Default::default(),
         }
     }
 
@@ -526,9 +524,9 @@ impl Sandbox {
         let root = policy.root.clone();
         let repositories = if policy.watched.contains(&root.join(".git")) {
             let walked = root.clone();
-            let cut = self.repositories_cut.clone();
+            let walks = self.repository_walks.clone();
             // A walk of a large tree takes tens of milliseconds: off the runtime's threads.
-            tokio::task::spawn_blocking(move || Repositories::before(&walked, cut)).await.ok()
+            tokio::task::spawn_blocking(move || Repositories::before(&walked, walks)).await.ok()
         } else {
             None
         };
@@ -637,33 +635,68 @@ const REPOSITORY_WALK: std::time::Duration = std::time::Duration::from_secs(2);
 /// sandbox at the user's next `git status` there, as one at the root would.
 #[derive(Debug)]
 struct Repositories {
+    /// The `.git` entries the walk before saw, and those earlier walks had seen (the
+    /// user's, as they were when this command started).
     before: std::collections::HashSet<PathBuf>,
     /// Whether the walk saw the whole tree (else what it did not reach is judged by
     /// change time: see [`Repositories::made`]).
     complete: bool,
     started: std::time::SystemTime,
-    /// Set once a walk of the tree is cut (shared with the sandbox).
-    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Shared with the sandbox and its other commands.
+    walks: std::sync::Arc<RepositoryWalks>,
+}
+
+/// What the walks for repositories beneath one root learnt, for the commands after them.
+#[derive(Debug, Default)]
+struct RepositoryWalks {
+    /// Set once a walk of the tree is cut at [`REPOSITORY_WALK`]: the tree is too large to
+    /// walk before each command as well as after, so later commands are judged by the walk
+    /// after them alone (see [`Repositories::made`]).
+    cut: std::sync::atomic::AtomicBool,
+    /// The `.git` entries any walk saw and left in place: the user's. Git changes a
+    /// `.git`'s change time whenever it writes inside (a lock, a fetch, a commit), so one
+    /// of these is never judged by its change time, whoever touched it during a command.
+    known: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
+}
+
+impl RepositoryWalks {
+    /// Records what a walk saw and left: all of it when the walk was `complete` (one gone
+    /// is forgotten), else added to what was known.
+    fn learn(&self, seen: impl IntoIterator<Item = PathBuf>, complete: bool) {
+        let mut known = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if complete {
+            known.clear();
+        }
+        known.extend(seen);
+    }
 }
 
 impl Repositories {
-    /// `cut`: whether a walk of this tree was cut before; then none is made now.
-    fn before(root: &Path, cut: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Repositories {
+    /// Once a walk of this tree was cut (`walks.cut`), none is made now: what earlier
+    /// walks saw stands for it.
+    fn before(root: &Path, walks: std::sync::Arc<RepositoryWalks>) -> Repositories {
         // Change times are kept by the kernel: no command can set one back, so whatever
         // the command makes, moves or copies in has one no earlier than this.
         let started = std::time::SystemTime::now();
-        let (found, complete) = if cut.load(std::sync::atomic::Ordering::Relaxed) {
+        let (found, complete) = if walks.cut.load(std::sync::atomic::Ordering::Relaxed) {
             (Vec::new(), false)
         } else {
             git_entries(root, REPOSITORY_WALK)
         };
-        Repositories { before: found.into_iter().collect(), complete, started, cut }
+        walks.learn(found.iter().cloned(), complete);
+        // A copy as of now: what another command's walk learns while this one runs (a
+        // `.git` this one made, say) must not pass for the user's.
+        let mut before =
+            walks.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        before.extend(found);
+        Repositories { before, complete, started, walks }
     }
 
     /// The `.git` entries beneath `root` now that were not there before: those the walk
-    /// before saw are the user's; where it did not see the whole tree, one it did not see
-    /// counts as made only when it changed since the command started. And whether the walk
-    /// now saw the whole tree.
+    /// before or an earlier walk saw are the user's; where the walk before did not see the
+    /// whole tree, one never seen counts as made only when it changed since the command
+    /// started. And whether the walk now saw the whole tree. What it saw and leaves in
+    /// place is known to later commands.
     fn made(&self, root: &Path) -> (Vec<PathBuf>, bool) {
         let (now, complete) = git_entries(root, REPOSITORY_WALK);
         let changed = |path: &Path| {
@@ -675,10 +708,10 @@ impl Repositories {
                 ctime + std::time::Duration::from_secs(1) >= self.started
             })
         };
-        let made = now
+        let (made, kept): (Vec<_>, Vec<_>) = now
             .into_iter()
-            .filter(|p| !self.before.contains(p) && (self.complete || changed(p)))
-            .collect();
+            .partition(|p| !self.before.contains(p) && (self.complete || changed(p)));
+        self.walks.learn(kept, complete);
         (made, complete)
     }
 }
@@ -704,8 +737,8 @@ impl Absent {
         // The root's own `.git`, if the command made it, is gone by now.
         if let Some(repositories) = &self.repositories {
             let (made, complete) = repositories.made(&self.root);
-            let cut_before =
-                !complete && repositories.cut.swap(true, std::sync::atomic::Ordering::Relaxed);
+            let cut_before = !complete
+                && repositories.walks.cut.swap(true, std::sync::atomic::Ordering::Relaxed);
             if !complete && !cut_before {
                 tracing::warn!(
                     root = %self.root.display(),
@@ -1099,19 +1132,40 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("old/.git")).unwrap();
-        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let walks = std::sync::Arc::new(RepositoryWalks::default());
+        walks.cut.store(true, std::sync::atomic::Ordering::Relaxed);
         // No walk before the command once one was cut.
-        let repositories = Repositories::before(root, cut.clone());
+        let repositories = Repositories::before(root, walks.clone());
         assert!(repositories.before.is_empty() && !repositories.complete);
         std::fs::create_dir_all(root.join("new/deeper/.git")).unwrap();
         let (mut made, complete) = repositories.made(root);
         made.sort();
         assert!(complete);
-        // Both changed within the second of slack: a `.git` changed before is the user's.
+        // Both changed within the second of slack and neither seen by a walk before: a
+        // `.git` changed before the command is the user's.
         assert_eq!(made, [root.join("new/deeper/.git"), root.join("old/.git")]);
         let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
-        let after_both = Repositories { started: later, ..Repositories::before(root, cut) };
+        let after_both = Repositories { started: later, ..Repositories::before(root, walks) };
         assert_eq!(after_both.made(root), (vec![], true));
+    }
+
+    #[test]
+    fn a_known_repository_touched_during_a_command_after_a_cut_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("old/.git")).unwrap();
+        let walks = std::sync::Arc::new(RepositoryWalks::default());
+        // A first command, walked before and after, then a cut.
+        let first = Repositories::before(root, walks.clone());
+        assert!(first.complete);
+        assert_eq!(first.made(root), (vec![], true));
+        walks.cut.store(true, std::sync::atomic::Ordering::Relaxed);
+        let second = Repositories::before(root, walks.clone());
+        // Git writes inside the user's `.git` meanwhile (an index lock, a fetch): its
+        // change time is after the command started.
+        std::fs::write(root.join("old/.git/index.lock"), "").unwrap();
+        std::fs::create_dir_all(root.join("new/.git")).unwrap();
+        assert_eq!(second.made(root), (vec![root.join("new/.git")], true));
     }
 
     #[test]
