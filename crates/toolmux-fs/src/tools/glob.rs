@@ -123,25 +123,6 @@ struct Confirm {
 }
 
 impl Confirm {
-    /// Whether the walker may list the folder `found` (absolute, from the walker): it is,
-    /// opened again through the root's handle, a folder beneath the root. The walker opens
-    /// a folder by path, so one swapped for a symlink to a folder outside after its parent
-    /// was listed would be walked whole, up to the search's time limit, though none of its
-    /// names is shown. It has opened the folder already, but lists its entries only once
-    /// this says so. (A link swapped in and out again between its open and this one lets it
-    /// list the top of the tree outside, whose folders are then refused here.) The handle
-    /// is kept for the folder's files, which come next.
-    fn enter(&mut self, ws: &Workspace, found: &Path) -> bool {
-        let Ok(relative) = found.strip_prefix(ws.root()) else { return false };
-        let dir = match relative.as_os_str().is_empty() {
-            true => ws.dir().try_clone().ok(),
-            false => ws.dir().open_dir(relative).ok(),
-        };
-        let entered = dir.is_some();
-        self.folder = Some((relative.to_path_buf(), dir));
-        entered
-    }
-
     /// The modification time of `found` (absolute, from the walker) when the same name,
     /// looked up through the root's handle with no symlink followed at its end, is a
     /// regular file with the inode the walker listed (`ino`); `None` otherwise.
@@ -206,12 +187,6 @@ pub(crate) fn glob(
                 return WalkState::Quit;
             }
             let Ok(entry) = entry else { return WalkState::Continue };
-            if entry.file_type().is_some_and(|t| t.is_dir()) {
-                return match confirm.enter(ws, entry.path()) {
-                    true => WalkState::Continue,
-                    false => WalkState::Skip,
-                };
-            }
             if !entry.file_type().is_some_and(|t| t.is_file()) {
                 return WalkState::Continue;
             }
