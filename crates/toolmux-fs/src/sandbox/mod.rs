@@ -1160,7 +1160,7 @@ mod tests {
         assert!(first.complete);
         assert_eq!(first.made(root), (vec![], true));
         walks.cut.store(true, std::sync::atomic::Ordering::Relaxed);
-        let second = Repositories::before(root, walks.clone());
+        let second = Repositories::before(root, walks);
         // Git writes inside the user's `.git` meanwhile (an index lock, a fetch): its
         // change time is after the command started.
         std::fs::write(root.join("old/.git/index.lock"), "").unwrap();
