@@ -289,7 +289,8 @@ fn load_text(
         file: shown.to_owned(),
         line: position.map(|p| p.0),
         column: position.map(|p| p.1),
-        message,
+        // Keys and values of the file are quoted in messages.
+        message: words::printable(&message).into_owned(),
     };
     // A byte order mark (Notepad writes one) is not part of the text.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -494,7 +495,8 @@ impl Source<'_> {
             file: self.shown.to_owned(),
             line: position.map(|p| p.0),
             column: position.map(|p| p.1),
-            message,
+            // Keys and values of the file are quoted in messages.
+            message: words::printable(&message).into_owned(),
         }
     }
 }
@@ -872,6 +874,11 @@ fn known_as<'a>(unknown: &str, expected: &[&'a str]) -> Option<&'a str> {
 }
 
 pub(super) fn describe(path: &str, message: &str) -> String {
+    // Keys and values of the file are quoted in messages.
+    words::printable(&describe_unescaped(path, message)).into_owned()
+}
+
+fn describe_unescaped(path: &str, message: &str) -> String {
     if let Some((unknown, expected)) = unknown_field(message) {
         // serde_path_to_error's path ends with the unknown key itself.
         let parent = path.strip_suffix(unknown).map(|p| p.trim_end_matches('.')).unwrap_or(path);

@@ -952,3 +952,26 @@ fn deeply_nested_flow_collections_are_refused_before_parsing() {
         ]],
     );
 }
+
+/// A key or value holding terminal escapes (`\e[2J` clears the screen) is quoted escaped,
+/// never printed raw: a cloned project's file could clear or colour the terminal.
+#[test]
+fn control_characters_in_keys_and_values_are_escaped_in_errors() {
+    // A section whose keys are the same whatever features are built.
+    yaml_error(
+        "permissions:\n  \"\\e[2J\\e[31mallow\": []\n",
+        expect![[r#"toolmux.yaml:2:3: unknown key `\u{1b}[2J\u{1b}[31mallow` in permissions; valid keys: allow, deny, ask"#]],
+    );
+    yaml_error(
+        "mcpServers:\n  \"a\\x9b\\x7f\": {command: x, transport: \"\\e[2Jstdio\"}\n",
+        expect![[
+            r#"toolmux.yaml:2:40: unknown value `\u{1b}[2Jstdio` for mcpServers.a\u{9b}\u{7f}.transport; expected one of: stdio, http, streamable-http, streamableHttp, streamable_http, sse, websocket, ws"#
+        ]],
+    );
+    yaml_error(
+        "fs: {}\n\"\\t\\e]0;x\\a\": 1\n\"\\t\\e]0;x\\a\": 2\n",
+        expect![[
+            r#"toolmux.yaml:1:1: key `\t\u{1b}]0;x\u{7}` is given twice in one object: keep one (the last would win)"#
+        ]],
+    );
+}

@@ -17,6 +17,24 @@ pub(super) fn in_words(path: &str, message: &str) -> Option<String> {
     Some(format!("expected {takes}; found {found}"))
 }
 
+/// `text` as it may be shown in an error: every control character (C0, DEL and C1, tab
+/// and newline too) escaped as Rust writes it (`\u{1b}`, `\n`), so that a key or value
+/// from the file cannot clear, colour or rewrite the terminal the error is printed on.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// What to say of a file whose top level is `found` (told as [`found_in_words`] does)
 /// rather than a mapping.
 pub(super) fn not_a_mapping(found: &str) -> String {
