@@ -462,10 +462,14 @@ impl ExternalProvider {
         if tool.is_async {
             // Made: from here the call is its caller's, who knows its id.
             unwaited.call_id = None;
-            // `pendingToolCallId` is the seeds' name of the same id.
+            // `pendingToolCallId` is the seeds' name of the same id. The `pendingHandle` extra
+            // tells the orchestrator this is the handle, which it passes past a spent context
+            // budget; a submitted result, which cannot set extras, is never taken for one.
             let pending =
                 json!({"status": "pending", "callId": call_id, "pendingToolCallId": call_id});
-            return Ok(ToolOutput::json(pending).with_extra("visible", json!(visible)));
+            return Ok(ToolOutput::json(pending)
+                .with_extra("visible", json!(visible))
+                .with_extra("pendingHandle", json!(true)));
         }
         let mut timeout = tool.timeout.map_or(DEFAULT_TIMEOUT, Duration::from_millis);
         // Fail by our own timeout, with its message, before the caller's deadline cuts.

@@ -706,3 +706,26 @@ async fn a_result_for_an_expired_call_of_a_named_run_says_it_expired() {
         assert!(unknown.report().contains("no pending call"), "{}", unknown.report());
     }
 }
+
+/// The handle of an asynchronous call is marked as one (the `pendingHandle` extra the
+/// orchestrator passes past a spent context budget); a synchronous call's result shaped
+/// like a handle is not, nor can a submitter mark it.
+#[tokio::test]
+async fn only_an_asynchronous_call_s_handle_is_marked_as_one() {
+    let p = provider();
+    let handle = p.call("job", json!({"q": "build"}), &run("agent")).await.unwrap();
+    assert_eq!(json_of(&handle)["status"], "pending");
+    assert_eq!(handle.extras.get("pendingHandle"), Some(&json!(true)), "{handle:?}");
+
+    let p = provider();
+    let caller = {
+        let p = p.clone();
+        tokio::spawn(async move { p.call("confirm", json!({}), &run("agent")).await })
+    };
+    let id = next_pending(&p).await["callId"].as_str().unwrap().to_owned();
+    let look_alike = json!({"status": "pending", "callId": "ext-1", "pendingHandle": true});
+    submit(&p, &id, look_alike.clone()).await.unwrap();
+    let result = caller.await.unwrap().unwrap();
+    assert_eq!(json_of(&result), look_alike);
+    assert_eq!(result.extras.get("pendingHandle"), None, "{result:?}");
+}

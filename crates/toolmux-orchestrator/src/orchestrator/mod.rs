@@ -426,11 +426,24 @@ fn check_structured(entry: &ToolEntry, output: &mut ToolOutput) {
     output.extras.insert("invalid_structured".into(), json!({"violations": violations.len()}));
 }
 
+/// The most bytes a pending call's handle may take: `{"status": "pending", "callId": …}`
+/// takes about 150, and nothing larger passes the context budget as one.
+const PENDING_HANDLE_MAX_BYTES: usize = 1024;
+
 /// Whether `output` is the handle of an external call made and pending (`{"status":
-/// "pending", "callId": …}`), which the caller needs to collect the call's result.
+/// "pending", "callId": …}`), which the caller needs to collect the call's result: an
+/// External tool's output that toolmux-external marked as its handle (the `pendingHandle`
+/// extra, which no submitted result can set) and that is small. A synchronous call's result
+/// shaped like a handle is just a result, under the budget like any other.
 fn is_pending_handle(entry: &ToolEntry, output: &ToolOutput) -> bool {
     entry.provider.kind() == ToolKind::External
         && !output.is_error
+        && output.extras.get("pendingHandle") == Some(&Value::Bool(true))
+        && output.byte_len() <= PENDING_HANDLE_MAX_BYTES
+        && output
+            .structured
+            .as_ref()
+            .is_none_or(|s| toolmux_core::json_len(s) <= PENDING_HANDLE_MAX_BYTES)
         && output.content.iter().any(|part| match part {
             ContentPart::Json { value } => {
                 value["status"] == "pending" && value["callId"].is_string()

@@ -494,13 +494,14 @@ async fn context_budget_refuses_outputs_and_sets_the_flag() {
 /// budget and says so, and the run's next output is refused.
 #[tokio::test(start_paused = true)]
 async fn a_pending_handle_reaches_its_caller_past_the_context_budget() {
-    // The shape toolmux-external answers an `isAsync` call with.
+    // The shape toolmux-external answers an `isAsync` call with, marked as its handle.
     let pending = json!({"status": "pending", "callId": "ext-7", "pendingToolCallId": "ext-7"});
+    let handle = ToolOutput::json(pending.clone()).with_extra("pendingHandle", json!(true));
     let p = Arc::new(
         MockProvider::new("external")
             .with_kind(ToolKind::External)
             .with_tool("big", Behavior::Big(400))
-            .with_tool("job", Behavior::Output(ToolOutput::json(pending.clone()))),
+            .with_tool("job", Behavior::Output(handle)),
     );
     let o = start(OrchestratorConfig::default().with_context_token_budget(110), vec![p]).await;
     let run = CallContext::new().with_run_id("r");
@@ -513,6 +514,28 @@ async fn a_pending_handle_reaches_its_caller_past_the_context_budget() {
     assert!(o.run_flags("r").context_budget_exceeded);
     let r = o.execute(ToolCall::new("external__big", json!({})), &run).await;
     assert_eq!(r.conversation_text(), "(tool failed: context window budget exceeded)");
+}
+
+/// Only toolmux-external's own handle passes a spent context budget: a synchronous external
+/// call's result shaped like one (unmarked), or a marked one carrying 20 kB of text beside it,
+/// is refused as any other output is.
+#[tokio::test(start_paused = true)]
+async fn a_result_shaped_like_a_pending_handle_is_under_the_context_budget() {
+    let pending = json!({"status": "pending", "callId": "ext-7"});
+    let mut padded = ToolOutput::json(pending.clone()).with_extra("pendingHandle", json!(true));
+    padded.content.push(ContentPart::Text { text: "x".repeat(20_000) });
+    let p = Arc::new(
+        MockProvider::new("external")
+            .with_kind(ToolKind::External)
+            .with_tool("sync", Behavior::Output(ToolOutput::json(pending)))
+            .with_tool("padded", Behavior::Output(padded)),
+    );
+    let o = start(OrchestratorConfig::default().with_context_token_budget(5), vec![p]).await;
+    for (tool, run) in [("external__sync", "r1"), ("external__padded", "r2")] {
+        let run = CallContext::new().with_run_id(run);
+        let e = o.call_tool(tool, json!({}), &run).await.unwrap_err();
+        assert_eq!(e.code(), "context_budget_exceeded", "{tool}: {e}");
+    }
 }
 
 /// A run's budget set by its caller (an agent knows its context window) holds without any
