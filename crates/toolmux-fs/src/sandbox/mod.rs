@@ -681,7 +681,8 @@ impl Repositories {
         let (found, complete) = if walks.cut.load(std::sync::atomic::Ordering::Relaxed) {
             (Vec::new(), false)
         } else {
-            git_entries(root, REPOSITORY_WALK)
+            let walked = git_entries(root, REPOSITORY_WALK);
+            (walked.found, walked.complete && walked.unchecked.is_empty())
         };
         walks.learn(found.iter().cloned(), complete);
         // A copy as of now: what another command's walk learns while this one runs (a
@@ -696,9 +697,14 @@ impl Repositories {
     /// before or an earlier walk saw are the user's; where the walk before did not see the
     /// whole tree, one never seen counts as made only when it changed since the command
     /// started. And whether the walk now saw the whole tree. What it saw and leaves in
-    /// place is known to later commands.
-    fn made(&self, root: &Path) -> (Vec<PathBuf>, bool) {
-        let (now, complete) = git_entries(root, REPOSITORY_WALK);
+    /// place is known to later commands. Last, the folders it could not check.
+    fn made(&self, root: &Path) -> (Vec<PathBuf>, bool, Vec<PathBuf>) {
+        self.made_in(root, &GitProbe::default())
+    }
+
+    fn made_in(&self, root: &Path, probe: &GitProbe) -> (Vec<PathBuf>, bool, Vec<PathBuf>) {
+        let GitEntries { found: now, complete, unchecked } =
+            git_entries_with(root, REPOSITORY_WALK, probe);
         let changed = |path: &Path| {
             use std::os::unix::fs::MetadataExt as _;
             std::fs::symlink_metadata(path).is_ok_and(|m| {
@@ -711,8 +717,9 @@ impl Repositories {
         let (made, kept): (Vec<_>, Vec<_>) = now
             .into_iter()
             .partition(|p| !self.before.contains(p) && (self.complete || changed(p)));
-        self.walks.learn(kept, complete);
-        (made, complete)
+        // A folder not checked may hold a `.git` known before: not forgotten.
+        self.walks.learn(kept, complete && unchecked.is_empty());
+        (made, complete, unchecked)
     }
 }
 
@@ -735,8 +742,10 @@ impl Absent {
             moved.extend(move_aside(path, &self.root));
         }
         // The root's own `.git`, if the command made it, is gone by now.
+        let mut unchecked = Vec::new();
         if let Some(repositories) = &self.repositories {
-            let (made, complete) = repositories.made(&self.root);
+            let (made, complete, not_checked) = repositories.made(&self.root);
+            unchecked = not_checked;
             let cut_before = !complete
                 && repositories.walks.cut.swap(true, std::sync::atomic::Ordering::Relaxed);
             if !complete && !cut_before {
@@ -752,14 +761,31 @@ impl Absent {
                 moved.extend(move_aside(&path, &self.root));
             }
         }
-        (!moved.is_empty()).then(|| {
+        let moved = (!moved.is_empty()).then(|| {
             format!(
                 "[the command created {}, which would run what it says outside the sandbox \
                  when next used (toolmux's configuration and approvals, a git repository's \
                  hooks and settings) and is the user's to write]",
                 moved.join(", ")
             )
-        })
+        });
+        let unchecked = (!unchecked.is_empty()).then(|| {
+            let shown: Vec<String> = unchecked
+                .iter()
+                .map(|p| format!("`{}`", p.strip_prefix(&self.root).unwrap_or(p).display()))
+                .collect();
+            tracing::warn!(folders = ?unchecked, "folders beneath the workspace root could not be checked for a repository a command made");
+            format!(
+                "[toolmux could not check {} for a git repository the command may have made \
+                 (neither listed nor its `.git` looked up): look at its permissions and for a \
+                 `.git` there before running git in it]",
+                shown.join(", ")
+            )
+        });
+        match (moved, unchecked) {
+            (Some(moved), Some(unchecked)) => Some(format!("{moved} {unchecked}")),
+            (moved, unchecked) => moved.or(unchecked),
+        }
     }
 }
 
@@ -803,28 +829,117 @@ fn move_aside(path: &Path, root: &Path) -> Option<String> {
 /// looked into; ignored folders are (a clone is often ignored by the repository around it).
 /// The walk reads every folder: no cheaper test finds a new entry soundly, since it changes
 /// only its own folder's times, not those above.
-fn git_entries(root: &Path, limit: std::time::Duration) -> (Vec<PathBuf>, bool) {
+///
+/// A bare repository a command makes (`git init --bare sub`: `HEAD`, `objects/` and `refs/`
+/// in a folder) counts as the folder itself: git uses one it finds as the current folder,
+/// hooks and settings included. A folder that cannot be listed (`chmod 111 sub`, which
+/// still lets the user `cd` there) is checked by looking its `.git`, `HEAD`, `objects` and
+/// `refs` up by name, which needs only search permission; where even that fails it is
+/// reported as unchecked, and the walk as incomplete.
+fn git_entries(root: &Path, limit: std::time::Duration) -> GitEntries {
+    git_entries_with(root, limit, &GitProbe::default())
+}
+
+/// What [`git_entries`] found.
+#[derive(Debug, Default)]
+struct GitEntries {
+    /// The `.git` entries and bare repositories' folders beneath the root.
+    found: Vec<PathBuf>,
+    /// Whether the walk reached every folder within its time (see `unchecked` too).
+    complete: bool,
+    /// The folders it could neither list nor look into by name.
+    unchecked: Vec<PathBuf>,
+}
+
+/// How [`git_entries`] reads the tree: the file system, or in tests a tree where some
+/// folders fail as they do for a user without read permission (tests run as root).
+struct GitProbe {
+    list: fn(&Path) -> std::io::Result<std::fs::ReadDir>,
+    lstat: fn(&Path) -> std::io::Result<std::fs::Metadata>,
+}
+
+impl Default for GitProbe {
+    fn default() -> GitProbe {
+        GitProbe {
+            list: |dir| std::fs::read_dir(dir),
+            lstat: |path| std::fs::symlink_metadata(path),
+        }
+    }
+}
+
+/// Whether `names` (those of a folder's entries, with whether each is a folder) make the
+/// folder a bare repository as git tells one: `HEAD`, `objects/` and `refs/`.
+fn is_bare_repository(names: impl IntoIterator<Item = (std::ffi::OsString, bool)>) -> bool {
+    let (mut head, mut objects, mut refs) = (false, false, false);
+    for (name, is_dir) in names {
+        match name.to_str() {
+            Some("HEAD") => head = true,
+            Some("objects") => objects |= is_dir,
+            Some("refs") => refs |= is_dir,
+            _ => {}
+        }
+    }
+    head && objects && refs
+}
+
+fn git_entries_with(root: &Path, limit: std::time::Duration, probe: &GitProbe) -> GitEntries {
     let deadline = std::time::Instant::now() + limit;
-    let mut found = Vec::new();
+    let mut walked = GitEntries::default();
     let mut folders = vec![root.to_path_buf()];
     let mut looked = 0usize;
     while let Some(dir) = folders.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let entries = match (probe.list)(&dir) {
+            Ok(entries) => entries,
+            Err(_) if dir == root => continue,
+            Err(_) => {
+                // Looked up by name: git opens them so, as the user can in a folder with
+                // search permission alone.
+                let git = dir.join(".git");
+                match (probe.lstat)(&git) {
+                    Ok(_) => walked.found.push(git),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        let named = ["HEAD", "objects", "refs"].map(|name| {
+                            (probe.lstat)(&dir.join(name)).map(|m| (name.into(), m.is_dir()))
+                        });
+                        if named.iter().any(|n| {
+                            n.as_ref().is_err_and(|e| e.kind() != std::io::ErrorKind::NotFound)
+                        }) {
+                            walked.unchecked.push(dir);
+                        } else if is_bare_repository(named.into_iter().filter_map(Result::ok)) {
+                            walked.found.push(dir);
+                        }
+                    }
+                    Err(_) => walked.unchecked.push(dir),
+                }
+                continue;
+            }
+        };
+        let mut names = Vec::new();
+        let mut subfolders = Vec::new();
         for entry in entries.filter_map(Result::ok) {
             looked += 1;
             if looked.is_multiple_of(1024) && std::time::Instant::now() > deadline {
-                return (found, false);
+                return walked;
             }
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            names.push((entry.file_name(), is_dir));
             if entry.file_name() == ".git" {
                 if dir != root {
-                    found.push(entry.path());
+                    walked.found.push(entry.path());
                 }
-            } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                folders.push(entry.path());
+            } else if is_dir {
+                subfolders.push(entry.path());
             }
         }
+        // A bare repository is moved aside whole: its objects are not walked.
+        if dir != root && is_bare_repository(names) {
+            walked.found.push(dir);
+        } else {
+            folders.extend(subfolders);
+        }
     }
-    (found, true)
+    walked.complete = true;
+    walked
 }
 
 /// The output directories other toolmux runs keep in the temporary directories by default
@@ -1138,7 +1253,7 @@ mod tests {
         let repositories = Repositories::before(root, walks.clone());
         assert!(repositories.before.is_empty() && !repositories.complete);
         std::fs::create_dir_all(root.join("new/deeper/.git")).unwrap();
-        let (mut made, complete) = repositories.made(root);
+        let (mut made, complete, _) = repositories.made(root);
         made.sort();
         assert!(complete);
         // Both changed within the second of slack and neither seen by a walk before: a
@@ -1146,7 +1261,7 @@ mod tests {
         assert_eq!(made, [root.join("new/deeper/.git"), root.join("old/.git")]);
         let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
         let after_both = Repositories { started: later, ..Repositories::before(root, walks) };
-        assert_eq!(after_both.made(root), (vec![], true));
+        assert_eq!(after_both.made(root), (vec![], true, vec![]));
     }
 
     #[test]
@@ -1158,14 +1273,52 @@ mod tests {
         // A first command, walked before and after, then a cut.
         let first = Repositories::before(root, walks.clone());
         assert!(first.complete);
-        assert_eq!(first.made(root), (vec![], true));
+        assert_eq!(first.made(root), (vec![], true, vec![]));
         walks.cut.store(true, std::sync::atomic::Ordering::Relaxed);
         let second = Repositories::before(root, walks);
         // Git writes inside the user's `.git` meanwhile (an index lock, a fetch): its
         // change time is after the command started.
         std::fs::write(root.join("old/.git/index.lock"), "").unwrap();
         std::fs::create_dir_all(root.join("new/.git")).unwrap();
-        assert_eq!(second.made(root), (vec![root.join("new/.git")], true));
+        assert_eq!(second.made(root), (vec![root.join("new/.git")], true, vec![]));
+    }
+
+    #[test]
+    fn a_folder_that_cannot_be_listed_is_checked_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let walks = std::sync::Arc::new(RepositoryWalks::default());
+        let repositories = Repositories::before(root, walks);
+        // What a command does: `git init -q sub; chmod 111 sub` (root lists it anyway, so
+        // the probe fails listing it as it does for the user), a bare repository, and a
+        // folder whose entries cannot even be looked up.
+        std::fs::create_dir_all(root.join("sub/.git/hooks")).unwrap();
+        std::fs::create_dir_all(root.join("mirror/objects")).unwrap();
+        std::fs::create_dir_all(root.join("mirror/refs/heads")).unwrap();
+        std::fs::write(root.join("mirror/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::create_dir_all(root.join("locked/inner")).unwrap();
+        let probe = GitProbe {
+            list: |dir| {
+                if dir.ends_with("sub") || dir.ends_with("locked") {
+                    Err(std::io::ErrorKind::PermissionDenied.into())
+                } else {
+                    std::fs::read_dir(dir)
+                }
+            },
+            lstat: |path| {
+                if path.parent().is_some_and(|p| p.ends_with("locked")) {
+                    Err(std::io::ErrorKind::PermissionDenied.into())
+                } else {
+                    std::fs::symlink_metadata(path)
+                }
+            },
+        };
+        let (mut made, complete, unchecked) = repositories.made_in(root, &probe);
+        made.sort();
+        assert_eq!(made, [root.join("mirror"), root.join("sub/.git")]);
+        // Not cut for time, but with a folder it could not check.
+        assert!(complete);
+        assert_eq!(unchecked, [root.join("locked")]);
     }
 
     #[test]
