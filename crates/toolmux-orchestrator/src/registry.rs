@@ -327,7 +327,10 @@ impl Registry {
                 provider: listed.provider.clone(),
                 spec: spec.clone(),
                 validator: ArgumentValidator::new(spec.input_schema.clone()),
-                output_validator: spec.output_schema.clone().map(ArgumentValidator::new),
+                output_validator: spec
+                    .output_schema
+                    .clone()
+                    .map(|schema| ArgumentValidator::new(schema).for_output()),
                 permission,
                 settings,
                 stats: OnceLock::new(),

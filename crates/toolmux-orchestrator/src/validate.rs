@@ -11,12 +11,21 @@ use toolmux_core::{ToolError, Violation};
 pub struct ArgumentValidator {
     schema: std::sync::Arc<Value>,
     compiled: OnceLock<Result<Validator, String>>,
+    /// Which of the tool's schemas it is (`input`, `output`), as its warning says it.
+    role: &'static str,
 }
 
 impl ArgumentValidator {
     /// A validator for `schema`; nothing is compiled yet.
     pub fn new(schema: std::sync::Arc<Value>) -> Self {
-        ArgumentValidator { schema, compiled: OnceLock::new() }
+        ArgumentValidator { schema, compiled: OnceLock::new(), role: "input" }
+    }
+
+    /// The same for a tool's output schema: its warnings say so, and are given once per
+    /// tool and schema, so a broken output schema is told beside a broken input schema.
+    pub fn for_output(mut self) -> Self {
+        self.role = "output";
+        self
     }
 
     /// Checks the schema against its meta-schema; `Err` says what is wrong with it.
@@ -76,13 +85,18 @@ impl ArgumentValidator {
                 // to a document toolmux does not fetch): the arguments go to the tool as
                 // they are, and its provider checks them; failing every call would leave a
                 // listed tool that can never run.
-                static TOLD: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+                // Once per tool and schema: the input schema's warning does not stand for the
+                // output schema's.
+                static TOLD: std::sync::Mutex<Vec<(String, &str)>> =
+                    std::sync::Mutex::new(Vec::new());
                 let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
-                if !told.iter().any(|t| t == tool) {
-                    told.push(tool.to_owned());
+                if !told.iter().any(|(t, role)| t == tool && *role == self.role) {
+                    told.push((tool.to_owned(), self.role));
                     tracing::warn!(
                         tool,
-                        "its schema does not compile ({e}); what it describes is not checked here"
+                        "its {} schema does not compile ({e}); what it describes is not checked \
+                         here",
+                        self.role
                     );
                 }
                 return None;
@@ -168,5 +182,70 @@ mod tests {
             .assert_eq(&ArgumentValidator::check_schema(&json!({"type": "strin"})).unwrap_err());
         expect!["input schema must be a JSON object, not `true`"]
             .assert_eq(&ArgumentValidator::check_schema(&json!(true)).unwrap_err());
+    }
+
+    /// The warnings given while `f` runs, as `tool: message` lines.
+    fn warnings(f: impl FnOnce()) -> Vec<String> {
+        use std::sync::Mutex;
+        use tracing::field::{Field, Visit};
+        #[derive(Default)]
+        struct Lines(Arc<Mutex<Vec<String>>>);
+        struct Line(String, String);
+        impl Visit for Line {
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                match field.name() {
+                    "message" => self.1 = format!("{value:?}"),
+                    _ => self.0 = format!("{value:?}"),
+                }
+            }
+            fn record_str(&mut self, field: &Field, value: &str) {
+                self.record_debug(field, &value);
+            }
+        }
+        impl tracing::Subscriber for Lines {
+            fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+                true
+            }
+            fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+                tracing::span::Id::from_u64(1)
+            }
+            fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+            fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+            fn event(&self, event: &tracing::Event<'_>) {
+                let mut line = Line(String::new(), String::new());
+                event.record(&mut line);
+                self.0.lock().unwrap().push(format!("{}: {}", line.0, line.1));
+            }
+            fn enter(&self, _: &tracing::span::Id) {}
+            fn exit(&self, _: &tracing::span::Id) {}
+        }
+        let lines = Lines::default();
+        let seen = lines.0.clone();
+        tracing::subscriber::with_default(lines, f);
+        seen.lock().unwrap().clone()
+    }
+
+    /// A tool whose input and output schemas both fail to compile is warned of for each,
+    /// once.
+    #[test]
+    fn a_broken_output_schema_is_told_beside_a_broken_input_schema() {
+        let broken = Arc::new(json!({"$ref": "https://example.invalid/schema.json"}));
+        let input = ArgumentValidator::new(broken.clone());
+        let output = ArgumentValidator::new(broken).for_output();
+        let told = warnings(|| {
+            for _ in 0..2 {
+                assert_eq!(input.violations("warned__twice", &json!({}), 3), None);
+                assert_eq!(output.violations("warned__twice", &json!({}), 3), None);
+            }
+        });
+        assert_eq!(told.len(), 2, "{told:#?}");
+        assert!(
+            told[0].starts_with("\"warned__twice\": its input schema does not compile"),
+            "{told:#?}"
+        );
+        assert!(
+            told[1].starts_with("\"warned__twice\": its output schema does not compile"),
+            "{told:#?}"
+        );
     }
 }
