@@ -71,7 +71,10 @@ pub struct Config {
     /// Which tools may run, never run, or run after approval (globs on full names).
     #[serde(default, deserialize_with = "empty::or_default")]
     pub permissions: PermissionsEntry,
-    /// Extra names for tools: alias to full tool name.
+    /// Extra names for tools: alias to a tool's full name (`rd: fs__read`), or to another
+    /// alias, which is followed to its tool (`rd2: rd`); a cycle of aliases is refused at
+    /// load, naming it. An alias is 1 to 64 ASCII letters, digits, `_` and `-`, as model
+    /// APIs take tool names; any other name is refused at load.
     #[serde(
         default,
         deserialize_with = "empty::or_default",
