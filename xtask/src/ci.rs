@@ -74,7 +74,8 @@ pub(crate) fn run(root: &Path, options: &CiOptions) -> Result<()> {
         },
         Step {
             name: "features",
-            what: "cargo check -p toolmux --no-default-features, then with each feature alone"
+            what: "cargo check -p toolmux --no-default-features, then with each feature alone; \
+                   its unit tests with fs,mcp,rest,agent"
                 .into(),
             action: Box::new(|| features(root)),
         },
@@ -151,7 +152,7 @@ fn cargo_step<'a>(root: &'a Path, name: &'static str, args: &'a [&'a str]) -> St
 
 /// The facade's features as Rust programs pick them: with none, and each alone, it builds
 /// (the workspace's own builds enable them all together, which hides code gated by the
-/// wrong feature).
+/// wrong feature); its unit tests pass with the providers but not `external`.
 fn features(root: &Path) -> Result<Outcome> {
     const FEATURES: [&str; 9] =
         ["", "fs", "mcp", "rest", "external", "agent", "redis", "otel", "tower"];
@@ -169,6 +170,22 @@ fn features(root: &Path) -> Result<Outcome> {
         }
         cmd::run(&mut check)?;
     }
+    // The facade's unit tests load files with every provider's section; run once without
+    // `external` (which owns `externalTools`, `spaces` and their defaults), they catch a
+    // test that assumes the workspace's all-features build. One build more, not one per
+    // feature.
+    let mut tests = cmd::command("cargo");
+    tests.current_dir(root).args([
+        "test",
+        "--locked",
+        "-p",
+        "toolmux",
+        "--no-default-features",
+        "--features",
+        "fs,mcp,rest,agent",
+        "--lib",
+    ]);
+    cmd::run(&mut tests)?;
     Ok(Outcome::Passed)
 }
 

@@ -485,9 +485,7 @@ fs: {}
     #[test]
     fn relative_paths_of_a_users_file_are_its_own_folders() {
         let files = Files::new();
-        let user = files.write(
-            "u/config.yaml",
-            r"
+        let mut text = r"
 defaults: {auditLog: audit.jsonl, statsFile: stats.json}
 fs: {root: src, bash: {spillDir: spill}}
 mcpServers:
@@ -495,12 +493,16 @@ mcpServers:
   t: {command: npx, args: [./not-a-path]}
 openapi:
   pets: {spec: pets.yaml}
-spaces: {dir: spaces}
 commandTools:
   t: {description: x, command: [./bin/tool, ./not-a-program-arg]}
   u: {description: y, command: ./run.sh --fast}
-",
-        );
+"
+        .to_owned();
+        // Without the feature, `spaces` is no section a file may have.
+        if cfg!(feature = "external") {
+            text.push_str("spaces: {dir: spaces}\n");
+        }
+        let user = files.write("u/config.yaml", &text);
         let layers = Layers { user: Some(user), managed: None, added: Vec::new() };
         let loaded = load_layered(None, Path::new("/somewhere"), &layers, &env).unwrap();
         let c = &loaded.config;
@@ -520,6 +522,7 @@ commandTools:
         assert_eq!(t.command.as_deref(), Some("npx"));
         assert_eq!(t.args, ["./not-a-path"], "arguments are the program's business");
         assert_eq!(c.openapi["pets"].spec.as_deref(), Some(dir.join("pets.yaml").as_path()));
+        #[cfg(feature = "external")]
         assert_eq!(
             c.spaces.as_ref().and_then(|s| s.dir.as_deref()),
             Some(dir.join("spaces").as_path())

@@ -788,12 +788,10 @@ fn settings_given_a_list_or_a_single_value() {
         (FileFormat::Json, r#"{"fs": {"limits": [200, 2000]}}"#),
         (FileFormat::Json, r#"{"queues": {"slow": [2]}}"#),
         (FileFormat::Json, r#"{"hooks": {"PreToolUse": [["Bash", "check.sh"]]}}"#),
-        (FileFormat::Json, r#"{"externalTools": [["confirm"]]}"#),
         (FileFormat::Json, "{\n  \"restTools\": {\n    \"weather\": [\"https://x\"]\n  }\n}"),
         (FileFormat::Yaml, "defaults: [1000]\n"),
         (FileFormat::Yaml, "fs:\n  bash: yes please\n"),
         (FileFormat::Yaml, "mcpServers:\n  a:\n    - npx\n"),
-        (FileFormat::Yaml, "externalTools:\n  - confirm\n"),
         (FileFormat::Yaml, "queues:\n  slow: 2\n"),
         (FileFormat::Toml, "defaults = [1000]\n"),
         (FileFormat::Toml, "[mcpServers]\na = [\"npx\"]\n"),
@@ -812,28 +810,46 @@ fn settings_given_a_list_or_a_single_value() {
         toolmux.json:1:19: fs.limits: expected a mapping of its settings (`key: value` entries); found a list
         toolmux.json:1:21: queues.slow: expected a mapping of its settings (`key: value` entries); found a list
         toolmux.json:1:26: hooks.PreToolUse[0]: expected a mapping of its settings (`key: value` entries); found a list
-        toolmux.json:1:19: externalTools[0]: expected a mapping of its settings (`key: value` entries); found a list
         toolmux.json:3:16: restTools.weather: expected a mapping of its settings (`key: value` entries); found a list
         toolmux.yaml:1:11: defaults: expected a mapping of its settings (`key: value` entries); found a list
         toolmux.yaml:2:9: fs.bash: expected a mapping of its settings (`key: value` entries); found the string "yes please"
         toolmux.yaml:3:5: mcpServers.a: expected a mapping of its settings (`key: value` entries); found a list
-        toolmux.yaml:2:3: externalTools[0]: expected a mapping of its settings (`key: value` entries); found the string "confirm"
         toolmux.yaml:2:9: queues.slow: expected a mapping of its settings (`key: value` entries); found 2
         toolmux.toml:1:1: defaults: expected a mapping of its settings (`key: value` entries); found a list
         toolmux.toml:2:1: mcpServers.a: expected a mapping of its settings (`key: value` entries); found a list"#]].assert_eq(&shown.join("\n"));
 }
 
 /// The shapes beside settings that the schema allows still load: a sandbox's mode as a
-/// string, external tools as a list of tools, an empty section.
+/// string, an empty section.
 #[test]
 fn settings_places_that_take_other_shapes_too() {
-    let loaded = loads(
-        FileFormat::Json,
-        r#"{"fs": {"bash": {"sandbox": "off"}}, "externalTools": [{"name": "confirm", "description": "Ask"}], "defaults": null}"#,
-    );
+    let loaded =
+        loads(FileFormat::Json, r#"{"fs": {"bash": {"sandbox": "off"}}, "defaults": null}"#);
     let fs = loaded.config.fs.as_ref().map(|fs| format!("{:?}", fs.bash.sandbox.mode));
     assert_eq!(fs.as_deref(), Some("Some(Off)"));
+}
+
+/// External tools may be a list of tools, each the mapping of its settings.
+#[cfg(feature = "external")]
+#[test]
+fn external_tools_as_a_list_of_settings() {
+    let loaded = loads(
+        FileFormat::Json,
+        r#"{"externalTools": [{"name": "confirm", "description": "Ask"}]}"#,
+    );
     assert_eq!(loaded.config.external_tools.keys().collect::<Vec<_>>(), ["confirm"]);
+    json_error(
+        r#"{"externalTools": [["confirm"]]}"#,
+        expect![[
+            r#"toolmux.json:1:19: externalTools[0]: expected a mapping of its settings (`key: value` entries); found a list"#
+        ]],
+    );
+    yaml_error(
+        "externalTools:\n  - confirm\n",
+        expect![[
+            r#"toolmux.yaml:2:3: externalTools[0]: expected a mapping of its settings (`key: value` entries); found the string "confirm""#
+        ]],
+    );
 }
 
 /// What reaches a stdio server's environment other than through `${VAR}` is a secret when
@@ -960,7 +976,9 @@ fn control_characters_in_keys_and_values_are_escaped_in_errors() {
     // A section whose keys are the same whatever features are built.
     yaml_error(
         "permissions:\n  \"\\e[2J\\e[31mallow\": []\n",
-        expect![[r#"toolmux.yaml:2:3: unknown key `\u{1b}[2J\u{1b}[31mallow` in permissions; valid keys: allow, deny, ask"#]],
+        expect![[
+            r#"toolmux.yaml:2:3: unknown key `\u{1b}[2J\u{1b}[31mallow` in permissions; valid keys: allow, deny, ask"#
+        ]],
     );
     yaml_error(
         "mcpServers:\n  \"a\\x9b\\x7f\": {command: x, transport: \"\\e[2Jstdio\"}\n",
