@@ -337,7 +337,7 @@ impl Session<'_> {
                 .config
                 .output_schema
                 .as_ref()
-                .map(|s| ArgumentValidator::new(Arc::new(s.clone()))),
+                .map(|s| ArgumentValidator::new(Arc::new(s.clone())).for_output()),
             task_status: None,
             calls_besides_status: false,
             repeats: Repeats::default(),
