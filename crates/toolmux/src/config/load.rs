@@ -333,6 +333,20 @@ fn load_text(
         let found = words::value_in_words(&value);
         return Err(error(first_content(text), words::not_a_mapping(&found)));
     }
+    // `servers` (VS Code's name) is read as `mcpServers`: serde would say the one the
+    // user wrote once is duplicated.
+    if value.get("servers").is_some() && value.get("mcpServers").is_some() {
+        let position = [key_position(text, "servers"), key_position(text, "mcpServers")]
+            .into_iter()
+            .flatten()
+            .max();
+        return Err(error(
+            position,
+            "the file has both `servers` (VS Code's form) and `mcpServers`, two names of one \
+             section: move the servers of one into the other and keep one of them"
+                .to_owned(),
+        ));
+    }
     // A file of nothing but comments is an empty configuration.
     if value.is_null() {
         let loaded = Loaded {
