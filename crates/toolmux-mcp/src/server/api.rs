@@ -22,7 +22,9 @@
 //!   operation, run, tool and (at its end) latency and status, and for a tool shown to
 //!   people (`visible`) its arguments and result text, secrets redacted, for a user
 //!   interface to render the call; `lagged` when the stream fell behind and missed some. A
-//!   key holder sees its own runs' calls only.
+//!   call's `tool.progress` is coalesced as MCP clients get it (`super::progress`): at
+//!   most one every 50 ms, rising, the latest, and the last one before its `tool.done` or
+//!   `tool.error`. A key holder sees its own runs' calls only.
 //!
 //! - `GET /api/spaces` (with `spaces` configured): `{"spaces": [{space, total, members}]}`.
 //! - `GET /api/spaces/{space}/messages[?offset=N][&limit=N]`: a page of the space's
@@ -50,6 +52,7 @@
 use super::ServedEvent;
 use super::handler::Shared;
 use super::http::KeyHolder;
+use super::progress::{ProgressGate, Report};
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, HOST, ORIGIN};
@@ -390,25 +393,92 @@ async fn tool_events(State(api): State<Api>, request: Request) -> Response {
         Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };
     let holder = parts.extensions.get::<KeyHolder>().map(|h| h.0.clone());
-    let state = (source.subscribe(), EventScope::new(holder, query), api.shutdown.clone());
-    let body = futures::stream::unfold(state, |(mut events, mut scope, shutdown)| async move {
-        loop {
-            let next = tokio::select! {
-                next = futures::StreamExt::next(&mut events) => next,
-                () = shutdown.cancelled() => return None,
-                () = tokio::time::sleep(KEEP_ALIVE) => {
-                    let comment = Bytes::from_static(b": keep-alive\n\n");
-                    return Some((Ok::<Bytes, std::convert::Infallible>(comment), (events, scope, shutdown)));
-                }
-            };
-            let event = next?;
-            if scope.admits(&event) {
-                let chunk = Bytes::from(format!("event: {}\ndata: {}\n\n", event.name, event.data));
-                return Some((Ok(chunk), (events, scope, shutdown)));
-            }
-        }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let stream = ToolEventStream {
+        events: source.subscribe(),
+        scope: EventScope::new(holder, query),
+        gates: std::collections::HashMap::new(),
+        tx,
+        rx,
+        shutdown: api.shutdown.clone(),
+    };
+    let body = futures::stream::unfold(stream, |mut stream| async move {
+        let chunk = stream.next().await?;
+        Some((Ok::<Bytes, std::convert::Infallible>(chunk), stream))
     });
     sse(Body::from_stream(body))
+}
+
+/// One `GET /api/events` stream: the source's events that its scope admits, each call's
+/// `tool.progress` coalesced as MCP clients get it (at most one every
+/// [`PROGRESS_INTERVAL`](super::progress::PROGRESS_INTERVAL), rising, the last one before
+/// the call's `tool.done` or `tool.error`; see [`ProgressGate`]).
+struct ToolEventStream {
+    events: futures::stream::BoxStream<'static, ServedEvent>,
+    scope: EventScope,
+    /// The progress gate of each call whose progress passed and whose end has not.
+    gates: std::collections::HashMap<u64, ProgressGate<ServedEvent>>,
+    /// Where the events to send go, in their order: the gates' timers send from tasks of
+    /// their own, so everything goes through this channel.
+    tx: tokio::sync::mpsc::UnboundedSender<ServedEvent>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<ServedEvent>,
+    shutdown: CancellationToken,
+}
+
+impl Report for ServedEvent {
+    fn progress(&self) -> f64 {
+        self.data.get("progress").and_then(Value::as_f64).unwrap_or(f64::NAN)
+    }
+}
+
+impl ToolEventStream {
+    /// The next chunk to send (an event or a keep-alive comment); `None` when the source
+    /// or the server ends.
+    async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            let event = tokio::select! {
+                biased;
+                Some(event) = self.rx.recv() => {
+                    let chunk = format!("event: {}\ndata: {}\n\n", event.name, event.data);
+                    return Some(Bytes::from(chunk));
+                }
+                () = self.shutdown.cancelled() => return None,
+                next = futures::StreamExt::next(&mut self.events) => next?,
+                () = tokio::time::sleep(KEEP_ALIVE) => {
+                    return Some(Bytes::from_static(b": keep-alive\n\n"));
+                }
+            };
+            if self.scope.admits(&event) {
+                self.pass(event);
+            }
+        }
+    }
+
+    /// Sends an admitted event: a progress event through its call's gate, a call's end
+    /// after the progress its gate held back.
+    fn pass(&mut self, event: ServedEvent) {
+        if event.name == "tool.progress" && event.progress().is_finite() {
+            if self.gates.len() >= MAX_OPEN && !self.gates.contains_key(&event.op_id) {
+                // Ends missed when lagging: the gates are finished, as the scope forgets.
+                for (_, gate) in self.gates.drain() {
+                    gate.finish();
+                }
+            }
+            let tx = &self.tx;
+            let gate = self.gates.entry(event.op_id).or_insert_with(|| {
+                let tx = tx.clone();
+                ProgressGate::new(move |event| {
+                    let _ = tx.send(event);
+                })
+            });
+            gate.offer(event);
+            return;
+        }
+        if let Some(gate) = self.gates.remove(&event.op_id) {
+            gate.finish();
+        }
+        let _ = self.tx.send(event);
+    }
 }
 
 /// Which events one stream passes: a key holder's runs only (all without keys), narrowed

@@ -18,17 +18,36 @@ use toolmux_core::Progress;
 pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Where one call's progress reports go (see the module's docs); clones share the gate.
-#[derive(Clone)]
-pub(crate) struct ProgressGate(Arc<Gate>);
+/// The reports are [`Progress`] values for MCP clients, and whole events for the HTTP
+/// API's `tool.progress` ([`super::ServedEvent`]).
+pub(crate) struct ProgressGate<T = Progress>(Arc<Gate<T>>);
 
-struct Gate {
-    state: Mutex<GateState>,
-    /// Sends a report to the client without waiting; called under the state's lock, so
-    /// that a report sent by the timer cannot pass the last one, sent by `finish`.
-    send: Box<dyn Fn(Progress) + Send + Sync>,
+impl<T> Clone for ProgressGate<T> {
+    fn clone(&self) -> Self {
+        ProgressGate(self.0.clone())
+    }
 }
 
-struct GateState {
+/// A progress report the gate can hold back: its progress, which must rise.
+pub(crate) trait Report: Send + 'static {
+    /// How far the call has come.
+    fn progress(&self) -> f64;
+}
+
+impl Report for Progress {
+    fn progress(&self) -> f64 {
+        self.progress
+    }
+}
+
+struct Gate<T> {
+    state: Mutex<GateState<T>>,
+    /// Sends a report to the client without waiting; called under the state's lock, so
+    /// that a report sent by the timer cannot pass the last one, sent by `finish`.
+    send: Box<dyn Fn(T) + Send + Sync>,
+}
+
+struct GateState<T> {
     /// The highest progress taken: MCP requires a request's progress to increase with
     /// every notification, so a report that does not is dropped.
     highest: f64,
@@ -36,16 +55,16 @@ struct GateState {
     sent_at: Option<Instant>,
     /// The latest report not yet sent.
     // Invariant: `Some` only while `timer` is set (a send is due).
-    pending: Option<Progress>,
+    pending: Option<T>,
     /// A task sends `pending` when the interval has passed.
     timer: bool,
     /// The call has ended: nothing more goes out.
     finished: bool,
 }
 
-impl ProgressGate {
+impl<T: Report> ProgressGate<T> {
     /// A gate sending through `send`, which must not wait.
-    pub(crate) fn new(send: impl Fn(Progress) + Send + Sync + 'static) -> Self {
+    pub(crate) fn new(send: impl Fn(T) + Send + Sync + 'static) -> Self {
         let state = GateState {
             highest: f64::NEG_INFINITY,
             sent_at: None,
@@ -58,13 +77,13 @@ impl ProgressGate {
 
     /// Takes a report of the call: sent now when the interval since the last one has
     /// passed, else kept (in place of any kept before) to go out when it has.
-    pub(crate) fn offer(&self, progress: Progress) {
+    pub(crate) fn offer(&self, progress: T) {
         let gate = &self.0;
         let mut state = gate.state.lock().unwrap_or_else(|e| e.into_inner());
-        if state.finished || progress.progress <= state.highest {
+        if state.finished || progress.progress() <= state.highest {
             return;
         }
-        state.highest = progress.progress;
+        state.highest = progress.progress();
         let now = Instant::now();
         let due = state.sent_at.map(|at| at + PROGRESS_INTERVAL).filter(|due| now < *due);
         if state.timer {
@@ -104,9 +123,9 @@ impl ProgressGate {
     }
 }
 
-impl Gate {
+impl<T: Report> Gate<T> {
     /// Sends the kept report at `due`; outside a runtime, where no timer can be set, now.
-    fn arm(self: &Arc<Self>, state: &mut GateState, due: Instant) {
+    fn arm(self: &Arc<Self>, state: &mut GateState<T>, due: Instant) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             if let Some(progress) = state.pending.take() {
                 state.sent_at = Some(Instant::now());
@@ -116,7 +135,7 @@ impl Gate {
         };
         state.timer = true;
         // A weak reference: a call that ended without `finish` (dropped) sends nothing.
-        let weak: Weak<Gate> = Arc::downgrade(self);
+        let weak: Weak<Gate<T>> = Arc::downgrade(self);
         runtime.spawn(async move {
             tokio::time::sleep_until(due).await;
             if let Some(gate) = weak.upgrade() {
@@ -146,7 +165,7 @@ impl Gate {
     }
 }
 
-impl std::fmt::Debug for ProgressGate {
+impl<T> std::fmt::Debug for ProgressGate<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ProgressGate")
     }

@@ -1,14 +1,15 @@
 //! A flood of progress from a real upstream (a server on the official Python SDK reporting
 //! thousands of times in one call) reaches the client coalesced: far fewer notifications,
-//! rising, the last one sent before the result, over stdio (both paths) and HTTP.
+//! rising, the last one sent before the result, over stdio (both paths) and HTTP, and to the
+//! HTTP API's `GET /api/events`.
 
 use crate::stdio::RawClient;
 use crate::support::{HttpServer, install_crypto, peer, socket_pair, within};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use toolmux_core::{CallContext, ProgressSink, ToolProvider};
-use toolmux_mcp::server::ServeOptions;
+use toolmux_mcp::server::{EventSource, ServeOptions, ServedEvent};
 use toolmux_mcp::{McpProvider, McpServerConfig};
 
 /// How many reports the upstream sends in one call.
@@ -142,6 +143,105 @@ async fn a_progress_flood_reaches_an_http_client_coalesced() {
         .map(|data| serde_json::from_str(data.trim()).expect("a JSON-RPC message"))
         .collect();
     check_coalesced(&messages, "h", &json!(7));
+    server.shutdown.cancel();
+    provider.shutdown().await.unwrap();
+}
+
+/// The events of the calls a test makes, as `toolmux serve`'s event source gives them.
+#[derive(Debug, Default)]
+struct CallEvents(Mutex<Vec<tokio::sync::mpsc::UnboundedSender<ServedEvent>>>);
+
+impl CallEvents {
+    fn publish(&self, event: ServedEvent) {
+        self.0.lock().unwrap().retain(|tx| tx.send(event.clone()).is_ok());
+    }
+
+    fn subscribers(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+impl EventSource for CallEvents {
+    fn subscribe(&self) -> futures::stream::BoxStream<'static, ServedEvent> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.0.lock().unwrap().push(tx);
+        Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|event| (event, rx))
+        }))
+    }
+}
+
+/// `GET /api/events` of `serve --http` carries a flood's `tool.progress` coalesced as MCP
+/// clients get it: a few rising reports, the final one before `tool.done`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_progress_flood_reaches_the_http_api_s_events_coalesced() {
+    let (provider, name) = flood_provider().await;
+    let events = Arc::new(CallEvents::default());
+    let options = ServeOptions { events: Some(events.clone()), ..ServeOptions::default() };
+    let server = HttpServer::start(provider.clone(), options).await;
+    install_crypto();
+    let mut response =
+        within(reqwest::Client::new().get(format!("http://{}/api/events", server.addr)).send())
+            .await
+            .expect("response");
+    assert_eq!(response.status().as_u16(), 200);
+    within(async {
+        while events.subscribers() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    events.publish(ServedEvent {
+        name: "tool.started",
+        op_id: 1,
+        run_id: Some("r".into()),
+        tool: Some(name.clone()),
+        data: json!({"opId": 1}),
+    });
+    let sink = {
+        let (events, name) = (events.clone(), name.clone());
+        ProgressSink::new(move |progress| {
+            events.publish(ServedEvent {
+                name: "tool.progress",
+                op_id: 1,
+                run_id: None,
+                tool: Some(name.clone()),
+                data: json!({"opId": 1, "progress": progress.progress, "total": progress.total}),
+            });
+        })
+    };
+    let ctx = CallContext::new().with_progress(sink);
+    let out = within(provider.call(&name, json!({"count": FLOOD}), &ctx)).await.unwrap();
+    assert_eq!(out.to_text(), format!("flooded {FLOOD}"));
+    events.publish(ServedEvent {
+        name: "tool.done",
+        op_id: 1,
+        run_id: Some("r".into()),
+        tool: Some(name.clone()),
+        data: json!({"opId": 1}),
+    });
+    let mut text = String::new();
+    while !text.contains("event: tool.done") {
+        let chunk = within(response.chunk()).await.expect("the stream goes on").expect("a chunk");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let names: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    let reported: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|data| serde_json::from_str::<Value>(data).unwrap())
+        .filter_map(|data| data["progress"].as_f64())
+        .collect();
+    assert_eq!(names.first(), Some(&"tool.started"), "{text}");
+    assert_eq!(names.last(), Some(&"tool.done"), "the end comes last: {text}");
+    assert!(!reported.is_empty(), "progress reached the stream");
+    assert!(
+        (reported.len() as u64) < FLOOD / 20,
+        "{} of {FLOOD} reports were sent, not coalesced",
+        reported.len()
+    );
+    assert!(reported.windows(2).all(|w| w[0] < w[1]), "progress rises: {reported:?}");
+    assert_eq!(reported.last().copied(), Some(FLOOD as f64), "the final report is sent");
     server.shutdown.cancel();
     provider.shutdown().await.unwrap();
 }
