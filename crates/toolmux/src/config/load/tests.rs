@@ -975,24 +975,6 @@ fn deeply_nested_flow_collections_are_refused_before_parsing() {
 fn control_characters_in_keys_and_values_are_escaped_in_errors() {
     // A section whose keys are the same whatever features are built.
     yaml_error(
-
-/// `servers` is VS Code's name for `mcpServers`: a file with both was told `duplicate
-/// field `mcpServers``, a key its author wrote once.
-#[test]
-fn servers_and_mcp_servers_together_are_one_section_twice() {
-    yaml_error(
-        "mcpServers:\n  a: {command: x}\nservers:\n  b: {command: y}\n",
-        expect![[
-            "toolmux.yaml:3:1: the file has both `servers` (VS Code's form) and `mcpServers`, two names of one section: move the servers of one into the other and keep one of them"
-        ]],
-    );
-    json_error(
-        "{\"servers\": {\"b\": {\"command\": \"y\"}},\n \"mcpServers\": {\"a\": {\"command\": \"x\"}}}\n",
-        expect![[
-            "toolmux.json:2:2: the file has both `servers` (VS Code's form) and `mcpServers`, two names of one section: move the servers of one into the other and keep one of them"
-        ]],
-    );
-}
         "permissions:\n  \"\\e[2J\\e[31mallow\": []\n",
         expect![[
             r#"toolmux.yaml:2:3: unknown key `\u{1b}[2J\u{1b}[31mallow` in permissions; valid keys: allow, deny, ask"#
@@ -1008,6 +990,24 @@ fn servers_and_mcp_servers_together_are_one_section_twice() {
         "fs: {}\n\"\\t\\e]0;x\\a\": 1\n\"\\t\\e]0;x\\a\": 2\n",
         expect![[
             r#"toolmux.yaml:1:1: key `\t\u{1b}]0;x\u{7}` is given twice in one object: keep one (the last would win)"#
+        ]],
+    );
+}
+
+/// `servers` is VS Code's name for `mcpServers`: a file with both was told `duplicate
+/// field `mcpServers``, a key its author wrote once.
+#[test]
+fn servers_and_mcp_servers_together_are_one_section_twice() {
+    yaml_error(
+        "mcpServers:\n  a: {command: x}\nservers:\n  b: {command: y}\n",
+        expect![[
+            "toolmux.yaml:3:1: the file has both `servers` (VS Code's form) and `mcpServers`, two names of one section: move the servers of one into the other and keep one of them"
+        ]],
+    );
+    json_error(
+        "{\"servers\": {\"b\": {\"command\": \"y\"}},\n \"mcpServers\": {\"a\": {\"command\": \"x\"}}}\n",
+        expect![[
+            "toolmux.json:2:2: the file has both `servers` (VS Code's form) and `mcpServers`, two names of one section: move the servers of one into the other and keep one of them"
         ]],
     );
 }
