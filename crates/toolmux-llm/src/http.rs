@@ -328,6 +328,7 @@ impl Endpoint {
             };
         }
         let code = status.as_u16();
+        let kinds = error_kinds(&body);
         let mut message = self.redact(&error_message(&body, status));
         if status.is_redirection() {
             // Redirects are not followed: a 301 or 302 would turn the POST into a GET.
@@ -338,7 +339,8 @@ impl Endpoint {
                 message = format!("redirected to {location}; set `baseUrl` to the API's address");
             }
         }
-        Err(self.status_failure(code, message, retry_after))
+        let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+        Err(self.status_failure(code, message, &kinds, retry_after))
     }
 
     /// The events of a streamed answer, through `streaming`'s assembler, to the answer in
@@ -389,7 +391,7 @@ impl Endpoint {
                         let message = self.redact(&excerpt(&message, ERROR_EXCERPT_BYTES));
                         // The kind decides first: a spent quota said as `insufficient_quota`
                         // stands for a 429 too, and its message need not say so in words.
-                        let retry = !spent_kind(&kind) && worth_retrying(status, &message);
+                        let retry = worth_retrying(status, &[kind.as_str()], &message);
                         let kind = self.redact(&excerpt(&kind, 100));
                         let error = ModelError::StreamFailed {
                             model: self.name.clone(),
@@ -441,6 +443,7 @@ impl Endpoint {
         &self,
         code: u16,
         message: String,
+        kinds: &[&str],
         retry_after: Option<RetryAfter>,
     ) -> Failure {
         // Nothing at that address: the URL is most of the answer (a `baseUrl` with `/v1`
@@ -456,7 +459,7 @@ impl Endpoint {
             let error = ModelError::Auth { model: self.name.clone(), status: code, message };
             return Failure::Fatal { status: Some(code), error };
         }
-        let retry = worth_retrying(code, &message);
+        let retry = worth_retrying(code, kinds, &message);
         let error = ModelError::Api { model: self.name.clone(), status: code, message };
         if retry {
             Failure::Retry { status: Some(code), error, retry_after }
@@ -547,17 +550,48 @@ impl Endpoint {
 }
 
 /// Whether an error of HTTP status `code` (or of a kind that stands for it, inside a
-/// stream) saying `message` may pass on another try: rate limits, overloaded or failing
-/// servers, and 408 (a proxy in front of the API gave up waiting for the request; the
-/// APIs' own clients retry it too). Not a 429 for a spent quota or a billing limit, which
-/// waiting does not lift: said at once.
-fn worth_retrying(code: u16, message: &str) -> bool {
+/// stream) of the API's `kinds` (its error's `type` and `code`) saying `message` may pass
+/// on another try: rate limits, overloaded or failing servers, and 408 (a proxy in front
+/// of the API gave up waiting for the request; the APIs' own clients retry it too). Not a
+/// spent quota or a billing limit, which waiting does not lift: said at once. The kinds
+/// decide when the API names one this crate knows (`insufficient_quota` is final whatever
+/// its message says, `rate_limit_error` passes though its message speaks of billing);
+/// only without one is a 429 judged by its message's words.
+fn worth_retrying(code: u16, kinds: &[&str], message: &str) -> bool {
+    let transient = matches!(code, 408 | 429 | 500 | 502 | 503 | 504 | 520..=524 | 529);
+    if kinds.iter().any(|kind| spent_kind(kind)) {
+        return false;
+    }
+    if kinds.iter().any(|kind| error_kind_status(kind).is_some()) {
+        return transient;
+    }
     let lower = message.to_ascii_lowercase();
     let spent = code == 429
         && ["insufficient_quota", "exceeded your current quota", "billing", "credit balance"]
             .iter()
             .any(|word| lower.contains(word));
-    !spent && matches!(code, 408 | 429 | 500 | 502 | 503 | 504 | 520..=524 | 529)
+    !spent && transient
+}
+
+/// The kinds an error body names: its error's `type` and string `code` (OpenAI's
+/// `{"error": {"type": "insufficient_quota", "code": "insufficient_quota"}}`, Anthropic's
+/// `{"type": "error", "error": {"type": "rate_limit_error"}}`), the first of a list of
+/// such for Gemini's; none for a body that is not JSON or names none.
+fn error_kinds(body: &[u8]) -> Vec<String> {
+    let Ok(mut value) = serde_json::from_slice::<Value>(body) else { return Vec::new() };
+    if let Value::Array(errors) = &mut value
+        && errors.len() == 1
+    {
+        value = errors.swap_remove(0);
+    }
+    let Some(error) = value.get("error").filter(|e| e.is_object()) else { return Vec::new() };
+    [error.get("type"), error.get("code")]
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|kind| !kind.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Whether an error's kind says that a quota or a billing limit is spent (OpenAI's

@@ -90,6 +90,52 @@ async fn a_spent_quota_is_not_retried_and_its_message_is_kept() {
     }
 }
 
+/// A 429's error `type` or `code` decides whether it is final, as it does for an error
+/// inside a stream; the message's words count only when the API names no kind. A spent
+/// quota named by its code alone (OpenAI has sent `"type": "requests"` with
+/// `"code": "insufficient_quota"` and a message without a quota word) was retried, and a
+/// rate limit whose message speaks of billing (Anthropic's point to the plan and billing
+/// settings) was said at once as final.
+#[tokio::test]
+async fn a_429_is_judged_by_its_error_kind_before_its_words() {
+    let spent = |dialect: Dialect| match dialect {
+        Dialect::OpenAi => json!({"error": {"type": "requests", "code": "insufficient_quota",
+            "message": "Request limit reached for this key.", "param": null}}),
+        Dialect::Anthropic => json!({"type": "error", "error": {"type": "billing_error",
+            "message": "Request limit reached for this key."}}),
+    };
+    let passing = |dialect: Dialect| match dialect {
+        Dialect::OpenAi => json!({"error": {"type": "tokens", "code": "rate_limit_exceeded",
+            "message": "Rate limit reached; see your plan and billing details."}}),
+        Dialect::Anthropic => json!({"type": "error", "error": {"type": "rate_limit_error",
+            "message": "This request would exceed your rate limit; see your plan and billing settings."}}),
+    };
+    for dialect in DIALECTS {
+        let body = spent(dialect).to_string();
+        let (server, model) = serve_with(
+            dialect,
+            vec![ScriptStep::status(429, &body), ScriptStep::text("too late")],
+            |c| c.max_retries = Some(2),
+        );
+        let error = fail(&model, &hello()).await;
+        assert!(!error.is_transient(), "{dialect:?}: {error:?}");
+        assert!(error.to_string().contains("Request limit reached"), "{error}");
+        assert_eq!(server.requests().len(), 1, "{dialect:?}: a spent quota is not retried");
+
+        let body = passing(dialect).to_string();
+        let (server, model) = serve_with(
+            dialect,
+            vec![ScriptStep::status(429, &body), ScriptStep::text("ok")],
+            |c| c.max_retries = Some(2),
+        );
+        let answer = tokio::time::timeout(Duration::from_secs(20), complete(&model, &hello()))
+            .await
+            .expect("the retry comes after a backoff of seconds at most");
+        assert_eq!(answer.content, "ok", "{dialect:?}");
+        assert_eq!(server.requests().len(), 2, "{dialect:?}: a rate limit is waited out");
+    }
+}
+
 #[tokio::test]
 async fn a_server_error_is_retried_after_a_backoff() {
     for dialect in DIALECTS {
