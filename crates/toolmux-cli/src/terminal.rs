@@ -61,12 +61,14 @@ impl Terminal {
     /// file); a failure is told, the call allowed all the same. A file that is there but
     /// cannot be read (over the size limit, not JSON, not readable) is left as it is, the
     /// approval kept for this session only: written anew, it would lose every approval
-    /// it held.
+    /// it held. So is something other than a regular file in its place (a FIFO, a folder,
+    /// a device), which someone put there on purpose: the rename would replace it.
     fn save_approval(&self, key: &str) {
         let Some(path) = &self.approvals else { return };
         let unreadable = |why: String| {
             eprintln!(
-                "warning: the approval of {key} is kept for this session only, and {} is left                  as it is: {why} (fix or delete it to save approvals in the project)",
+                "warning: the approval of {key} is kept for this session only, and {} is left \
+                 as it is: {why} (fix or delete it to save approvals in the project)",
                 path.display()
             );
         };
@@ -76,7 +78,20 @@ impl Terminal {
                 Err(e) => return unreadable(format!("it is not a file of approvals ({e})")),
             },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return unreadable(format!("it cannot be read ({e})")),
+            Err(e) => match std::fs::metadata(path) {
+                Ok(found) if !found.is_file() => {
+                    let what = toolmux::toolmux_core::regular::kind_in_words(found.file_type());
+                    eprintln!(
+                        "warning: the approval of {key} is kept for this session only: {} is \
+                         {}, not a regular file, and is left as it is (replace it with a file, \
+                         or delete it, to save approvals in the project)",
+                        path.display(),
+                        what.unwrap_or("something")
+                    );
+                    return;
+                }
+                _ => return unreadable(format!("it cannot be read ({e})")),
+            },
         };
         if approved.iter().any(|a| a == key) {
             return;

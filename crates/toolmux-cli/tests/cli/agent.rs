@@ -797,6 +797,36 @@ fn an_unreadable_approvals_file_is_left_as_it_is() {
     }
 }
 
+/// `p` to an approval when the project's approvals file is a FIFO allows the call for this
+/// session only, and says that the file, named, is not a regular file and is left as it
+/// is, where the approval went to a regular file renamed over the FIFO.
+#[test]
+fn an_approvals_file_that_is_a_fifo_is_left_as_it_is() {
+    use std::os::unix::fs::FileTypeExt as _;
+    let (server, project) = chatting_with_bash(&["echo first-run"], "[fs__bash]");
+    let folder = project.path().join(".toolmux");
+    std::fs::create_dir_all(&folder).expect("the project's .toolmux folder");
+    fifo(&folder, "approvals.json");
+    let rules = json!([
+        ["> ", "run the first"],
+        ["p: in this project too, a: always this tool] ", "p"],
+        ["> ", ""]
+    ]);
+    let run = project.run_at_terminal(&rules, &["agent", "chat", "reader"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let transcript = run.stdout.replace("\r\n", "\n").replace('\n', " ");
+    let path = folder.join("approvals.json");
+    let said = format!(
+        "warning: the approval of fs__bash is kept for this session only: {} is a FIFO (named \
+         pipe), not a regular file, and is left as it is",
+        path.display()
+    );
+    assert!(transcript.contains(&said), "{}", run.stdout);
+    let kind = std::fs::symlink_metadata(&path).expect("the approvals file").file_type();
+    assert!(kind.is_fifo(), "the FIFO was replaced: {kind:?}");
+    assert!(last_tool_result(&server.requests()[1]).contains("first-run"), "{}", run.stdout);
+}
+
 /// A model whose API takes no tools (`toolCalls: xml`): the tools are described in its
 /// system prompt, it writes its calls as `<tool>` blocks in its text, and reads their
 /// results in `<tool_result>` blocks, through the same pipeline as any agent's calls.
