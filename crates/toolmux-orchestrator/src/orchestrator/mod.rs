@@ -480,6 +480,18 @@ struct CallLimits {
     run_deadline: Option<Instant>,
     /// How long the call waited for its queue and in-flight slots.
     queued: Duration,
+    /// Set for a retry: the call has one deadline, which its attempts and the backoff
+    /// between them share.
+    retry: Option<Retry>,
+}
+
+/// A retry of a call, for the limits of its attempt ([`CallLimits::retry`]).
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    /// The attempt's number (2 for the first retry).
+    attempt: u32,
+    /// How long the earlier attempts and the backoff after them took.
+    earlier: Duration,
 }
 
 /// A call whose deadline passed, for [`Orchestrator::limit_reached`].
@@ -489,6 +501,24 @@ struct TimedOut {
     queued: Duration,
     deadline: Instant,
     run_deadline: Option<Instant>,
+    retry: Option<Retry>,
+}
+
+/// The longest a call of `settings` may take from when it began to wait for its slots,
+/// all its attempts included, and the settings that give it: its timeout, or, when progress
+/// restarts the timeout, the hard cap on the whole call.
+fn call_limit(settings: &crate::registry::ResolvedSettings) -> (Duration, &'static str) {
+    let timeout = settings.timeout;
+    match (settings.reset_on_progress, settings.max_total_time) {
+        (true, Some(max)) => (max, "`maxTotalTimeMs`"),
+        (true, None) => {
+            (timeout.saturating_mul(10), "ten times its timeout, as progress restarts it")
+        }
+        // Without progress resets the timeout is the whole call's limit; a shorter
+        // `maxTotalTimeMs` still holds.
+        (false, Some(max)) if max < timeout => (max, "`maxTotalTimeMs`"),
+        (false, _) => (timeout, TIMEOUT_SETTING),
+    }
 }
 
 /// Counts a call in the pipeline until dropped (a call future dropped halfway included).
@@ -2241,7 +2271,8 @@ impl Orchestrator {
             None => {
                 meta.attempts.store(1, Ordering::Relaxed);
                 let queued = Duration::from_millis(meta.queued_ms.load(Ordering::Relaxed));
-                self.timed_call(entry, arguments, ctx, op, &generation, run_deadline, queued).await
+                let limits = CallLimits { run_deadline, queued, retry: None };
+                self.timed_call(entry, arguments, ctx, op, &generation, limits).await
             }
         };
         drop(spent);
@@ -2481,30 +2512,44 @@ impl Orchestrator {
     ) -> Result<ToolOutput, ToolError> {
         let mut attempt = 0;
         let mut arguments = Some(arguments);
+        // One deadline per call: its attempts and the backoff between them share the
+        // timeout, counted from when it began to wait for its slots.
+        let queued = Duration::from_millis(meta.queued_ms.load(Ordering::Relaxed));
+        let first_start = Instant::now();
+        let arrived = first_start.checked_sub(queued).unwrap_or(first_start);
+        let call_deadline = crate::later(arrived, call_limit(&entry.settings).0);
         loop {
             attempt += 1;
             meta.attempts.store(attempt, Ordering::Relaxed);
             let last = attempt > policy.max_retries;
             // Only a call that may be retried keeps a copy of its arguments.
             let args = if last { arguments.take() } else { arguments.clone() }.unwrap_or_default();
-            // The first attempt's timeout counts the call's wait for its slots; a retry,
-            // after a failure, gets a whole one.
-            let queued = if attempt == 1 {
-                Duration::from_millis(meta.queued_ms.load(Ordering::Relaxed))
-            } else {
-                Duration::ZERO
-            };
-            let result =
-                self.timed_call(entry, args, ctx, op, generation, run_deadline, queued).await;
+            let retry = (attempt > 1).then(|| Retry { attempt, earlier: first_start.elapsed() });
+            let limits = CallLimits { run_deadline, queued, retry };
+            let result = self.timed_call(entry, args, ctx, op, generation, limits).await;
             match result {
-                Err(e)
-                    if !last
-                        && e.is_transient()
-                        // No retry the run's tool time would not let start.
-                        && run_deadline
-                            .is_none_or(|d| crate::later(Instant::now(), policy.backoff(attempt)) < d) =>
-                {
+                Err(e) if !last && e.is_transient() => {
                     let delay = policy.backoff(attempt);
+                    let retry_at = crate::later(Instant::now(), delay);
+                    if let Some(limit) =
+                        self.retry_too_late(entry, ctx, retry_at, call_deadline, run_deadline)
+                    {
+                        let attempts = match attempt {
+                            1 => "its one attempt".to_owned(),
+                            n => format!("all {n} of its attempts"),
+                        };
+                        tracing::debug!(tool = %entry.name, attempt, "transient failure, not retried: {limit}");
+                        return Err(ToolError::DeadlineExceeded {
+                            tool: entry.name.to_string(),
+                            after: queued + first_start.elapsed(),
+                            limit: format!(
+                                "{attempts} failed, the last with `{}`, and a retry after its \
+                                 backoff ({}) would start after {limit}, so none was made",
+                                e.report(),
+                                human(delay)
+                            ),
+                        });
+                    }
                     tracing::debug!(tool = %entry.name, attempt, "transient failure, retrying in {delay:?}: {}", e.report());
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
@@ -2517,10 +2562,41 @@ impl Orchestrator {
         }
     }
 
+    /// The limit a retry starting at `retry_at` would start after, in words (the first to
+    /// pass of the call's own deadline, its caller's and its run's tool time), or `None`
+    /// when the retry may start.
+    fn retry_too_late(
+        &self,
+        entry: &ToolEntry,
+        ctx: &CallContext,
+        retry_at: Instant,
+        call_deadline: Instant,
+        run_deadline: Option<Instant>,
+    ) -> Option<String> {
+        let (limit, setting) = call_limit(&entry.settings);
+        let own = (
+            call_deadline,
+            format!(
+                "its time limit ({}, {setting}), which its attempts and the backoff between \
+                 them share, passes",
+                human(limit)
+            ),
+        );
+        let caller = ctx.deadline().map(|d| (d, "its caller's deadline passes".to_owned()));
+        let run = run_deadline
+            .map(|d| (d, "the run's tool time (`defaults.maxToolTimeMs`) runs out".to_owned()));
+        [Some(own), caller, run]
+            .into_iter()
+            .flatten()
+            .filter(|(deadline, _)| retry_at >= *deadline)
+            .min_by_key(|(deadline, _)| *deadline)
+            .map(|(_, words)| words)
+    }
+
     /// The provider call, in its own cancellation scope, bounded by the timeout (reset on
     /// progress when configured, never past the hard cap), less the `queued` time the call
-    /// waited for its slots; a panic becomes an error.
-    #[allow(clippy::too_many_arguments)]
+    /// waited for its slots and, for a retry, the time its earlier attempts took; a panic
+    /// becomes an error.
     async fn timed_call<'c>(
         &self,
         entry: &ToolEntry,
@@ -2528,15 +2604,13 @@ impl Orchestrator {
         ctx: &'c CallContext,
         op: &Arc<Op>,
         generation: &CancellationToken,
-        run_deadline: Option<Instant>,
-        queued: Duration,
+        limits: CallLimits,
     ) -> Result<ToolOutput, ToolError> {
         let call = |provider_ctx: Cow<'c, CallContext>| async move {
             // Stages after this one may change the output: the caller is answered by them.
             let provider_ctx = provider_ctx.into_owned().with_early_answer(None);
             entry.provider.call(&entry.original, arguments, &provider_ctx).await
         };
-        let limits = CallLimits { run_deadline, queued };
         self.timed(entry, ctx, op, generation, limits, false, call).await
     }
 
@@ -2561,9 +2635,10 @@ impl Orchestrator {
         Fut: Future<Output = Result<T, ToolError>>,
     {
         let settings = &entry.settings;
-        let CallLimits { run_deadline, queued } = limits;
-        // A slot that came as the call's time ran out: nothing is left to run in.
-        if !queued.is_zero() && queued >= settings.first_wait {
+        let CallLimits { run_deadline, queued, retry } = limits;
+        // A slot that came as the call's time ran out: nothing is left to run in. (A retry
+        // starts only before its call's deadline.)
+        if retry.is_none() && !queued.is_zero() && queued >= settings.first_wait {
             return Err(timeout_spent_waiting(
                 entry,
                 "a slot (a queue's or `defaults.maxCallsInFlight`)",
@@ -2574,17 +2649,12 @@ impl Orchestrator {
         // The run's tool time left is counted from `start`, when the call got its slots, so
         // it caps the deadlines below directly rather than shortening `timeout`, which runs
         // from `arrived`.
-        let arrived = start.checked_sub(queued).unwrap_or(start);
+        // A retry's attempt runs within what its earlier attempts left of the deadline.
+        let earlier = retry.map_or(Duration::ZERO, |retry| retry.earlier);
+        let arrived = start.checked_sub(queued + earlier).unwrap_or(start);
         let timeout = settings.timeout;
         let hard_deadline = {
-            let cap = if settings.reset_on_progress {
-                settings.max_total_time.unwrap_or(timeout.saturating_mul(10))
-            } else {
-                // Without progress resets the timeout is the whole call's limit; a shorter
-                // `maxTotalTimeMs` still holds.
-                settings.max_total_time.map_or(timeout, |max| max.min(timeout))
-            };
-            let mut hard = crate::later(arrived, cap);
+            let mut hard = crate::later(arrived, call_limit(settings).0);
             // Progress resets never carry a call past its caller's deadline nor its run's
             // tool time.
             for deadline in [ctx.deadline(), run_deadline].into_iter().flatten() {
@@ -2599,8 +2669,9 @@ impl Orchestrator {
         // A call that waited for a slot has its provider's wait for an answer (when shorter
         // than its timeout, the cap on the whole call) from when it began to wait, unless it
         // reports progress: watched here, as the provider's own wait starts when it sends.
-        let answer_window = (!queued.is_zero() && settings.first_wait < settings.timeout)
-            .then(|| crate::later(arrived, settings.first_wait).min(hard_deadline));
+        let answer_window =
+            (retry.is_none() && !queued.is_zero() && settings.first_wait < settings.timeout)
+                .then(|| crate::later(arrived, settings.first_wait).min(hard_deadline));
         let last_progress = last_progress.or_else(|| answer_window.map(|_| Arc::default()));
         let (provider_ctx, call_token) =
             if lean && settings.provider_wait.is_none() && answer_window.is_none() {
@@ -2653,7 +2724,13 @@ impl Orchestrator {
                 }
             };
         }
-        let first_deadline = crate::later(arrived, timeout).min(hard_deadline);
+        // A retry of a call whose progress restarts its timeout has its whole timeout
+        // without progress, within the call's hard cap; any other attempt has what is left.
+        let first_deadline = match retry {
+            Some(_) if settings.reset_on_progress => crate::later(start, timeout),
+            _ => crate::later(arrived, timeout),
+        }
+        .min(hard_deadline);
         let mut deadline =
             answer_window.map_or(first_deadline, |window| window.min(first_deadline));
         loop {
@@ -2683,7 +2760,7 @@ impl Orchestrator {
                             continue;
                         }
                         stop();
-                        let ended = TimedOut { start, queued, deadline, run_deadline };
+                        let ended = TimedOut { start, queued, deadline, run_deadline, retry };
                         return Err(self.limit_reached(entry, ctx, ended).unwrap_or_else(|| {
                             ToolError::Timeout { tool: tool(), after: start.elapsed(), idle: None }
                         }));
@@ -2702,7 +2779,7 @@ impl Orchestrator {
                     let restarted = deadline > first_deadline;
                     let idle = (restarted && deadline < hard_deadline).then_some(timeout);
                     if idle.is_none() {
-                        let ended = TimedOut { start, queued, deadline, run_deadline };
+                        let ended = TimedOut { start, queued, deadline, run_deadline, retry };
                         if let Some(error) = self.limit_reached(entry, ctx, ended) {
                             return Err(error);
                         }
@@ -2722,10 +2799,19 @@ impl Orchestrator {
         ctx: &CallContext,
         ended: TimedOut,
     ) -> Option<ToolError> {
-        let TimedOut { start, queued, deadline, run_deadline } = ended;
+        let TimedOut { start, queued, deadline, run_deadline, retry } = ended;
         let timeout = entry.settings.timeout;
         let tool = entry.name.to_string();
         let ran = start.elapsed();
+        let earlier = retry.map_or(Duration::ZERO, |retry| retry.earlier);
+        // Which attempt ran out of time, when it was a retry.
+        let attempt = retry.map_or(String::new(), |retry| {
+            format!(
+                "; it was attempt {}, after {} of earlier attempts and backoff",
+                retry.attempt,
+                human(retry.earlier)
+            )
+        });
         if let Some(run) = run_deadline.filter(|run| *run <= deadline) {
             let max = self.inner.config.run_budget.max_tool_time.unwrap_or_default();
             return Some(ToolError::DeadlineExceeded {
@@ -2734,7 +2820,7 @@ impl Orchestrator {
                 limit: format!(
                     "the run's tool time ran out: {} of its `defaults.maxToolTimeMs` ({}) was \
                      left when the call started, less than the tool's timeout ({}); the run's \
-                     next call fails with budget_exhausted",
+                     next call fails with budget_exhausted{attempt}",
                     human(run.saturating_duration_since(start)),
                     human(max),
                     human(timeout)
@@ -2744,11 +2830,37 @@ impl Orchestrator {
         if ctx.deadline().is_some_and(|caller| caller <= deadline) {
             return Some(ToolError::DeadlineExceeded {
                 tool,
-                after: ran + queued,
+                after: ran + queued + earlier,
                 limit: format!(
-                    "its caller's deadline passed (it ran {}, after {} waiting for a slot)",
+                    "its caller's deadline passed (it ran {}, after {} waiting for a \
+                     slot){attempt}",
                     human(ran),
                     human(queued)
+                ),
+            });
+        }
+        if let Some(Retry { attempt, earlier }) = retry {
+            // A retry that reached its call's own deadline: the earlier attempts spent the
+            // rest. One that reached its own timeout, which progress restarts, did not.
+            let (limit, setting) = call_limit(&entry.settings);
+            let arrived = start.checked_sub(queued + earlier).unwrap_or(start);
+            if deadline < crate::later(arrived, limit) {
+                return None;
+            }
+            let slot = match queued.is_zero() {
+                true => String::new(),
+                false => format!(" and {} waiting for a slot", human(queued)),
+            };
+            return Some(ToolError::DeadlineExceeded {
+                tool,
+                after: queued + earlier + ran,
+                limit: format!(
+                    "its time limit ({}, {setting}) holds for all of its attempts and the \
+                     backoff between them: attempt {attempt} ran {} after {} of earlier \
+                     attempts and backoff{slot}",
+                    human(limit),
+                    human(ran),
+                    human(earlier)
                 ),
             });
         }

@@ -124,7 +124,7 @@ impl Orchestrator {
         // Its timeout counts its wait for its slots, as a call's does.
         let queued =
             Duration::from_millis(meta.queued_ms.load(std::sync::atomic::Ordering::Relaxed));
-        let limits = super::CallLimits { run_deadline: None, queued };
+        let limits = super::CallLimits { run_deadline: None, queued, retry: None };
         let call = |provider_ctx: Cow<'c, CallContext>| async move {
             entry.provider.relay(&entry.original, arguments, &provider_ctx, raw_max).await
         };

@@ -9,8 +9,8 @@ use toolmux_core::{
     CallContext, ContentPart, ToolCall, ToolKind, ToolOutput, ToolProvider, ToolSpec,
 };
 use toolmux_orchestrator::{
-    MAX_HINTED_RESPONSE_BYTES, OrchestratorConfig, OversizeMode, RetryPolicy, RunBudgetConfig,
-    ToolSettings,
+    MAX_HINTED_RESPONSE_BYTES, Orchestrator, OrchestratorConfig, OversizeMode, RetryPolicy,
+    RunBudgetConfig, ToolSettings,
 };
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -209,16 +209,13 @@ fn handle_in(text: &str) -> String {
 
 /// An orchestrator over `provider` with a 1000-byte cap, outputs stored in a fresh
 /// temporary directory and the secret `s3cr3t-value` to redact.
-async fn start_capped(
-    oversize: OversizeMode,
-    provider: Arc<MockProvider>,
-) -> toolmux_orchestrator::Orchestrator {
+async fn start_capped(oversize: OversizeMode, provider: Arc<MockProvider>) -> Orchestrator {
     let dir = tempfile::tempdir().expect("temporary directory").keep();
     let config = OrchestratorConfig {
         oversize,
         ..OrchestratorConfig::default().with_response_max_bytes(1000)
     };
-    let o = toolmux_orchestrator::Orchestrator::builder(config)
+    let o = Orchestrator::builder(config)
         .output_store(Arc::new(toolmux_orchestrator::store::DirectoryStore::new(dir)))
         .provider(provider)
         .secrets(["s3cr3t-value".to_owned()])
@@ -736,4 +733,87 @@ async fn structured_content_over_the_cap_is_stored_not_passed_on() {
             );
         }
     }
+}
+
+/// A tool that works `work`, then fails with a transient error (a connection lost halfway).
+#[derive(Debug)]
+struct SlowFlaky {
+    work: Duration,
+    calls: std::sync::atomic::AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl ToolProvider for SlowFlaky {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Rest
+    }
+    fn namespace(&self) -> &str {
+        "f"
+    }
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, toolmux_core::ToolError> {
+        Ok(vec![ToolSpec::new("flaky", "fails slowly", json!({"type": "object"}))])
+    }
+    async fn call(
+        &self,
+        _name: &str,
+        _args: serde_json::Value,
+        _ctx: &CallContext,
+    ) -> Result<ToolOutput, toolmux_core::ToolError> {
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        tokio::time::sleep(self.work).await;
+        Err(toolmux_core::ToolError::Transport {
+            provider: "f".into(),
+            message: format!("connection reset (attempt {n})"),
+            source: None,
+        })
+    }
+}
+
+/// Starts `f__flaky` working `work` per attempt, with a 5 s timeout and up to 5 retries
+/// after `backoff` each.
+async fn slow_flaky(work: Duration, backoff: Duration) -> (Arc<SlowFlaky>, Orchestrator) {
+    let p = Arc::new(SlowFlaky { work, calls: Default::default() });
+    let settings = ToolSettings::default()
+        .with_timeout(Duration::from_secs(5))
+        .with_retry(RetryPolicy { max_retries: 5, initial_backoff: backoff, max_backoff: backoff });
+    let config = OrchestratorConfig::default().with_tool_settings("f__flaky", settings);
+    let o = start(config, vec![p.clone()]).await;
+    (p, o)
+}
+
+/// A call has one deadline, which its retries share: a retry runs within what the earlier
+/// attempts and the backoff after them left of the timeout, where each got a whole timeout
+/// (six attempts of 2.5 s and five 1 s backoffs: 20 s for a 5 s timeout).
+#[tokio::test(start_paused = true)]
+async fn retries_share_the_call_s_timeout() {
+    let (p, o) = slow_flaky(Duration::from_millis(2500), Duration::from_secs(1)).await;
+    let started = tokio::time::Instant::now();
+    let e = o.call_tool("f__flaky", json!({}), &CallContext::new()).await.unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_secs(5), "{e}");
+    assert_eq!(p.calls.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(e.code(), "timeout");
+    expect!["timeout: `f__flaky` did not finish within 5s: its time limit (5s, `tools.NAME.timeout`, else its server's `requestTimeoutMs`, else `defaults.toolTimeout`) holds for all of its attempts and the backoff between them: attempt 2 ran 1.5s after 3.5s of earlier attempts and backoff"]
+        .assert_eq(&e.to_string());
+}
+
+/// No retry starts once its backoff would end past the call's deadline: the call fails
+/// at once, saying how many attempts ran and which limit ended them, where it slept and
+/// tried again with a whole new timeout each time.
+#[tokio::test(start_paused = true)]
+async fn no_retry_starts_past_the_call_s_deadline() {
+    let (p, o) = slow_flaky(Duration::from_secs(1), Duration::from_secs(2)).await;
+    let started = tokio::time::Instant::now();
+    let e = o.call_tool("f__flaky", json!({}), &CallContext::new()).await.unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_secs(4), "attempts at 0 and 3s; {e}");
+    assert_eq!(p.calls.load(std::sync::atomic::Ordering::Relaxed), 2);
+    expect!["timeout: `f__flaky` did not finish within 4s: all 2 of its attempts failed, the last with `f: connection reset (attempt 2)`, and a retry after its backoff (2s) would start after its time limit (5s, `tools.NAME.timeout`, else its server's `requestTimeoutMs`, else `defaults.toolTimeout`), which its attempts and the backoff between them share, passes, so none was made"]
+        .assert_eq(&e.to_string());
+    // The caller's deadline ends them alike, named as the limit.
+    let (p, o) = slow_flaky(Duration::from_secs(1), Duration::from_secs(2)).await;
+    let ctx =
+        CallContext::new().with_deadline(tokio::time::Instant::now() + Duration::from_secs(2));
+    let e = o.call_tool("f__flaky", json!({}), &ctx).await.unwrap_err();
+    assert_eq!(p.calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+    expect!["timeout: `f__flaky` did not finish within 1s: its one attempt failed, the last with `f: connection reset (attempt 1)`, and a retry after its backoff (2s) would start after its caller's deadline passes, so none was made"]
+        .assert_eq(&e.to_string());
 }
