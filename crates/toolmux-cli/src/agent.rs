@@ -1,7 +1,7 @@
 //! `toolmux agent`: run an agent on a task, list the agents.
 
 use crate::args::{ChatArgs, ListenArgs, ResumeArgs, RunArgs};
-use crate::commands::{Interruptible, finish, print, start};
+use crate::commands::{Interruptible, finish, print, refuse, start};
 use crate::exit;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Write as _};
@@ -123,19 +123,21 @@ impl Screen {
     }
 }
 
-/// Whether agent `name` is configured; if not, says so and which are.
-fn configured(loaded: &Loaded, name: &str) -> bool {
+/// Whether agent `name` is configured; if not, says so and which are (with `json`, in
+/// JSON on stdout too: [`refuse`]).
+fn configured(loaded: &Loaded, name: &str, json: bool) -> bool {
     if loaded.config.agents.contains_key(name) {
         return true;
     }
     let known: Vec<&str> = loaded.config.agents.keys().map(String::as_str).collect();
-    if known.is_empty() {
-        eprintln!(
-            "error: no agents are configured: add `{name}` under `agents` (and its model under `models`)"
-        );
+    let message = if known.is_empty() {
+        format!(
+            "no agents are configured: add `{name}` under `agents` (and its model under `models`)"
+        )
     } else {
-        eprintln!("error: unknown agent `{name}`; configured: {}", known.join(", "));
-    }
+        format!("unknown agent `{name}`; configured: {}", known.join(", "))
+    };
+    refuse(json, exit::CONFIG, &message);
     false
 }
 
@@ -179,47 +181,46 @@ fn print_answer(report: &AgentReport, shown: &str) {
 }
 
 pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
-    if !configured(loaded, &args.name) {
+    if !configured(loaded, &args.name, args.json) {
         return Ok(exit::CONFIG);
     }
     let from_stdin = matches!(args.task.as_deref(), None | Some("-"));
     let task = match args.task.as_deref() {
         Some(task) if task != "-" => task.to_owned(),
         _ if std::io::stdin().is_terminal() => {
-            eprintln!("error: give the task as an argument, or pipe it to stdin");
-            return Ok(exit::CONFIG);
+            let message = "give the task as an argument, or pipe it to stdin";
+            return Ok(refuse(args.json, exit::CONFIG, message));
         }
         _ => {
             let bytes =
                 match crate::files::read_bounded(std::io::stdin().lock(), crate::files::TASK) {
                     Ok(bytes) => bytes,
                     Err(e) => {
-                        eprintln!("error: cannot read the task from stdin: {e}");
-                        return Ok(exit::CONFIG);
+                        let message = format!("cannot read the task from stdin: {e}");
+                        return Ok(refuse(args.json, exit::CONFIG, &message));
                     }
                 };
             match String::from_utf8(bytes) {
                 Ok(task) => task,
                 Err(_) => {
-                    eprintln!("error: the task on stdin is not UTF-8 text: give the task as text");
-                    return Ok(exit::CONFIG);
+                    let message = "the task on stdin is not UTF-8 text: give the task as text";
+                    return Ok(refuse(args.json, exit::CONFIG, message));
                 }
             }
         }
     };
     if task.trim().is_empty() {
-        eprintln!("error: the task is empty");
-        return Ok(exit::CONFIG);
+        return Ok(refuse(args.json, exit::CONFIG, "the task is empty"));
     }
     if let Some(file) = &args.pause_to
         && file.exists()
     {
-        eprintln!(
-            "error: {} exists (a paused run?): resume it with `toolmux agent resume {0}`, remove \
-             it, or pause to another file",
+        let message = format!(
+            "{} exists (a paused run?): resume it with `toolmux agent resume {0}`, remove it, \
+             or pause to another file",
             file.display()
         );
-        return Ok(exit::CONFIG);
+        return Ok(refuse(args.json, exit::CONFIG, &message));
     }
     let (toolmux, agents) = start_agents(loaded).await?;
     let (ctx, mut options, cancel, screen) =
@@ -242,37 +243,34 @@ pub(crate) async fn resume(loaded: &Loaded, args: ResumeArgs) -> anyhow::Result<
     let text = match crate::files::read_regular(file, crate::files::PAUSED_RUN) {
         Ok(text) => text,
         Err(e) => {
-            eprintln!("error: cannot read the paused run {}: {e}", file.display());
-            return Ok(exit::CONFIG);
+            let message = format!("cannot read the paused run {}: {e}", file.display());
+            return Ok(refuse(args.json, exit::CONFIG, &message));
         }
     };
     let paused: AgentReport = match serde_json::from_slice(&text) {
         Ok(report) => report,
         Err(e) => {
-            eprintln!(
-                "error: {} is not an agent report as `agent run --pause-to` saves it: {e}",
+            let message = format!(
+                "{} is not an agent report as `agent run --pause-to` saves it: {e}",
                 file.display()
             );
-            return Ok(exit::CONFIG);
+            return Ok(refuse(args.json, exit::CONFIG, &message));
         }
     };
     if paused.status != AgentStatus::Paused {
-        eprintln!(
-            "error: the run in {} is not paused (its status is `{}`): nothing to resume",
+        let message = format!(
+            "the run in {} is not paused (its status is `{}`): nothing to resume",
             file.display(),
             paused.status.as_str()
         );
-        return Ok(exit::CONFIG);
+        return Ok(refuse(args.json, exit::CONFIG, &message));
     }
-    if !configured(loaded, &paused.agent) {
+    if !configured(loaded, &paused.agent, args.json) {
         return Ok(exit::CONFIG);
     }
     let decisions = match decisions(&args, &paused.pending) {
         Ok(decisions) => decisions,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return Ok(exit::CONFIG);
-        }
+        Err(message) => return Ok(refuse(args.json, exit::CONFIG, &message)),
     };
     if decisions.is_empty() && !paused.pending.iter().any(|p| p.started) {
         print_pending(&paused, file);
@@ -284,11 +282,11 @@ pub(crate) async fn resume(loaded: &Loaded, args: ResumeArgs) -> anyhow::Result<
         let mut marked = paused.clone();
         marked.mark_started(&decisions);
         if let Err(e) = save(file, &marked) {
-            eprintln!(
-                "error: cannot mark the approved calls as started in {}: {e}; nothing was run",
+            let message = format!(
+                "cannot mark the approved calls as started in {}: {e}; nothing was run",
                 file.display()
             );
-            return Ok(exit::OTHER);
+            return Ok(refuse(args.json, exit::OTHER, &message));
         }
     }
     let (toolmux, agents) = start_agents(loaded).await?;
@@ -467,8 +465,7 @@ impl Ended<'_> {
                 | toolmux::toolmux_agent::AgentError::UnknownAgent { .. }),
             ) => {
                 finish(toolmux).await;
-                eprintln!("error: {e}");
-                return Ok(exit::CONFIG);
+                return Ok(refuse(self.json, exit::CONFIG, &e.to_string()));
             }
             Err(e) => {
                 finish(toolmux).await;
@@ -636,7 +633,7 @@ fn refused(calls: u32) -> String {
 /// `toolmux agent listen`: the agent in cycles, each run's report printed as it ends.
 pub(crate) async fn listen(loaded: &Loaded, args: ListenArgs) -> anyhow::Result<u8> {
     use toolmux::toolmux_agent::{ListenEnd, ListenOptions};
-    if !configured(loaded, &args.name) {
+    if !configured(loaded, &args.name, args.json) {
         return Ok(exit::CONFIG);
     }
     let (toolmux, agents) = start_agents(loaded).await?;
@@ -683,10 +680,7 @@ pub(crate) async fn listen(loaded: &Loaded, args: ListenArgs) -> anyhow::Result<
     match ended {
         Ok(ListenEnd::Idle) => eprintln!("nothing arrived for {} s: done", args.idle.unwrap_or(0)),
         Ok(_) => {}
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(exit::CONFIG);
-        }
+        Err(e) => return Ok(refuse(args.json, exit::CONFIG, &e.to_string())),
     }
     Ok(0)
 }
@@ -694,7 +688,7 @@ pub(crate) async fn listen(loaded: &Loaded, args: ListenArgs) -> anyhow::Result<
 /// `toolmux agent chat`: one conversation, a run per message, each run going on from the
 /// last one's transcript.
 pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> {
-    if !configured(loaded, &args.name) {
+    if !configured(loaded, &args.name, false) {
         return Ok(exit::CONFIG);
     }
     let (toolmux, agents) = start_agents(loaded).await?;

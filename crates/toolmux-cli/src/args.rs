@@ -22,7 +22,12 @@ Exit codes:
   4  serving or another operation failed (address in use, I/O error)
   5  the agent run paused: calls wait for approval (`toolmux agent resume`)
   130 interrupted (Ctrl-C); 143 stopped by SIGTERM, 129 by SIGHUP (`serve` stopped by
-     a signal ends normally, 0); every server's processes are stopped first";
+     a signal ends normally, 0); every server's processes are stopped first
+
+With --json, an error (a usage error too) is also one JSON object on stdout,
+{\"ok\": false, \"error\": \"MESSAGE\", \"exitCode\": CODE}, besides its line on stderr; a tool call
+that failed prints its result envelope instead ({\"ok\": false, \"error\": ..., \"extras\":
+{\"code\": ...}}), and `config check --json` its document with \"valid\": false.";
 
 /// One tool plane for LLM agents: list and call every tool of every configured provider
 /// (builtin file tools, MCP servers, REST APIs, agents), serve them all as one MCP server,
@@ -67,6 +72,29 @@ pub(crate) enum Command {
     /// Authorize toolmux at an MCP server that asks for OAuth, or forget its tokens.
     #[command(subcommand)]
     Mcp(McpCommand),
+}
+
+impl Command {
+    /// Whether `--json` was given: the command's errors are then one JSON object on stdout
+    /// too ([`crate::commands::refuse`]).
+    pub(crate) fn json(&self) -> bool {
+        match self {
+            Command::Tools(ToolsCommand::List(flag))
+            | Command::Config(ConfigCommand::Check(flag) | ConfigCommand::Show(flag))
+            | Command::Stats(flag)
+            | Command::Agent(AgentCommand::List(flag))
+            | Command::Mcp(McpCommand::Status(flag)) => flag.json,
+            Command::Tools(ToolsCommand::Call(call)) => call.json,
+            Command::Output(OutputCommand::Show(show)) => show.json,
+            Command::Agent(AgentCommand::Run(run)) => run.json,
+            Command::Agent(AgentCommand::Resume(resume)) => resume.json,
+            Command::Agent(AgentCommand::Listen(listen)) => listen.json,
+            Command::Serve(_)
+            | Command::Config(ConfigCommand::Schema)
+            | Command::Agent(AgentCommand::Chat(_))
+            | Command::Mcp(McpCommand::Login(_) | McpCommand::Logout(_)) => false,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -338,14 +366,22 @@ pub(crate) struct ShowArgs {
     /// The handle from the `tool_output` message.
     pub(crate) handle: String,
     /// The first line to print (0-based).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = line_offset, allow_negative_numbers = true)]
     pub(crate) offset: u64,
     /// Lines to print (at least 1).
-    #[arg(long, default_value_t = 2000, value_parser = line_count)]
+    #[arg(long, default_value_t = 2000, value_parser = line_count, allow_negative_numbers = true)]
     pub(crate) limit: u64,
     /// Print the page as JSON.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// The first line to print: a whole number from 0 (clap's own parse said only `invalid
+/// digit found in string`, and took `-1` for an option).
+fn line_offset(text: &str) -> Result<u64, String> {
+    text.trim().parse::<u64>().map_err(|_| {
+        "must be a whole number of lines from 0, the first line (such as 100)".to_owned()
+    })
 }
 
 /// A number of lines to print: a whole number of at least 1 (clap's own range check named

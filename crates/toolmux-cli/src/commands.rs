@@ -611,16 +611,15 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
         let words: Vec<&str> =
             call.arguments.iter().chain(&call.extra).map(String::as_str).collect();
         let listed = words.iter().map(|w| shell_word(w)).collect::<Vec<_>>().join(" ");
-        eprintln!(
-            "error: the arguments are one word, a JSON object, not {listed}; {}",
+        let message = format!(
+            "the arguments are one word, a JSON object, not {listed}; {}",
             json_hint(&words.join(" "))
         );
-        return Ok(exit::CONFIG);
+        return Ok(refuse(call.json, exit::CONFIG, &message));
     }
     // Checked before anything starts; read again with the tool's schema once it is known.
     if let Err(e) = call_arguments(call.arguments.as_deref(), &call.args, None) {
-        eprintln!("error: {e:#}");
-        return Ok(exit::CONFIG);
+        return Ok(refuse(call.json, exit::CONFIG, &format!("{e:#}")));
     }
     // Only the provider of the tool is started, when the name (or alias) says which.
     let canonical = loaded.config.aliases.get(&call.name).unwrap_or(&call.name);
@@ -645,6 +644,10 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
     let call_future = orchestrator.execute(ToolCall::new(call.name.clone(), arguments), &ctx);
     let Some(result) = unless_interrupted(call_future, &cancel).await else {
         eprintln!("interrupted");
+        if call.json {
+            let code = crate::signals::exit_code().unwrap_or(exit::INTERRUPTED);
+            print_error_json("interrupted", code);
+        }
         finish(&toolmux).await;
         return Ok(exit::INTERRUPTED);
     };
@@ -1054,6 +1057,26 @@ fn provider_error<'a>(namespace: &str, error: &'a str) -> &'a str {
     error.strip_prefix(namespace).and_then(|e| e.strip_prefix(": ")).unwrap_or(error)
 }
 
+/// Reports an error a command found itself, ending it with `code`: `error: MESSAGE` on
+/// stderr and, with `--json`, the same as one JSON object on stdout ([`print_error_json`]),
+/// so that a program reading stdout never gets nothing. Gives `code` back.
+pub(crate) fn refuse(json: bool, code: u8, message: &str) -> u8 {
+    eprintln!("error: {message}");
+    if json {
+        print_error_json(message, code);
+    }
+    code
+}
+
+/// The JSON object of an error under `--json`, on stdout where the command's document would
+/// have been: `{"ok": false, "error": MESSAGE, "exitCode": CODE}`, the `ok` and `error` of a
+/// failed call's envelope (secrets cut out, as [`print_json`] does). On one line, so that it
+/// is also one line of `agent listen --json`'s JSON lines.
+pub(crate) fn print_error_json(message: &str, code: u8) {
+    let value = serde_json::json!({"ok": false, "error": message, "exitCode": code});
+    print(&without_secrets(&value).to_string());
+}
+
 /// `config check --json`'s answer when the configuration does not load or build: not
 /// valid, and where and what the mistake is (`file`, `line` and `column` when known).
 pub(crate) fn check_refusal(error: &anyhow::Error) -> Value {
@@ -1075,6 +1098,12 @@ pub(crate) fn check_refusal(error: &anyhow::Error) -> Value {
 /// than the text: JSON escapes a secret's quotes and backslashes, which the redactor would
 /// then not find.
 pub(crate) fn print_json(value: &Value) -> anyhow::Result<()> {
+    print(&serde_json::to_string_pretty(&without_secrets(value))?);
+    Ok(())
+}
+
+/// `value` with the configuration's secrets cut out of every string in it.
+fn without_secrets(value: &Value) -> Value {
     fn redact(value: &mut Value) {
         match value {
             Value::String(text) => {
@@ -1089,8 +1118,7 @@ pub(crate) fn print_json(value: &Value) -> anyhow::Result<()> {
     }
     let mut value = value.clone();
     redact(&mut value);
-    print(&serde_json::to_string_pretty(&value)?);
-    Ok(())
+    value
 }
 
 /// The first line of `config check`: the file is valid, and, when it is so, what did not
@@ -1141,13 +1169,13 @@ pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Resu
     let read = toolmux.output_store().read(&show.handle, show.offset, show.limit).await;
     match read {
         Ok(page) if page.lines == 0 && show.offset > 0 && show.offset >= page.total_lines => {
-            eprintln!(
-                "error: --offset {} is past the end: the output has {} lines (offsets 0-{})",
+            let message = format!(
+                "--offset {} is past the end: the output has {} lines (offsets 0-{})",
                 show.offset,
                 page.total_lines,
                 page.total_lines.saturating_sub(1)
             );
-            Ok(exit::CONFIG)
+            Ok(refuse(show.json, exit::CONFIG, &message))
         }
         Ok(page) => {
             if show.json {
@@ -1169,12 +1197,12 @@ pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Resu
         // A word that is no handle at all (a path, a tool's name, the tool_output message's
         // other fields): where outputs are kept is no help.
         Err(StoreError::UnknownHandle { handle, .. }) if !store::valid_handle(&handle) => {
-            eprintln!(
-                "error: `{handle}` is no output handle: a handle is two words of letters, digits, \
+            let message = format!(
+                "`{handle}` is no output handle: a handle is two words of letters, digits, \
                  `-` and `_` joined by `/`, such as run-default/out-2aa5-18ec12bc9340f588-0, as \
                  the `handle` of a tool_output message or the note of `toolmux tools call` gives it"
             );
-            Ok(exit::TOOL_FAILED)
+            Ok(refuse(show.json, exit::TOOL_FAILED, &message))
         }
         Err(StoreError::UnknownHandle { handle, .. }) => {
             // A handle of the right shape was most often stored under another project's
@@ -1186,13 +1214,13 @@ pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Resu
             } else {
                 toolmux.output_dir().display().to_string()
             };
-            eprintln!(
-                "error: no stored output `{handle}`; looked in {looked}, where this configuration \
+            let message = format!(
+                "no stored output `{handle}`; looked in {looked}, where this configuration \
                  keeps them: read it with the configuration of the call that stored it (in that \
                  call's folder, or with its --config); outputs older than \
                  defaults.outputRetention are removed"
             );
-            Ok(exit::TOOL_FAILED)
+            Ok(refuse(show.json, exit::TOOL_FAILED, &message))
         }
         Err(e) => Err(anyhow::Error::new(e).context("reading the output store")),
     }

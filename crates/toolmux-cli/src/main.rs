@@ -68,7 +68,15 @@ pub(crate) mod exit {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
+    // `config check --json` answers a configuration that does not load with its own
+    // document (`valid: false`); every other command given `--json` answers an error with
+    // one JSON object.
+    let json_errors =
+        cli.command.json() && !matches!(cli.command, Command::Config(ConfigCommand::Check(_)));
     let runtime = match runtime_for(&cli.command).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -79,8 +87,8 @@ fn main() -> ExitCode {
     let code = match runtime.block_on(until_stopped(run(cli))) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
-            classify(&error)
+            let code = classify(&error);
+            commands::refuse(json_errors, code, &format!("{error:#}"))
         }
     };
     // Interrupted by a signal: its conventional code (143 for SIGTERM, 129 for SIGHUP). A
@@ -92,6 +100,27 @@ fn main() -> ExitCode {
     // Child processes are reaped by `shutdown`; do not wait for stray blocking tasks.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     ExitCode::from(code)
+}
+
+/// A command line clap refuses: its message and usage on stderr, as clap prints them, and,
+/// when `--json` was asked for, also one JSON object on stdout ([`commands::refuse`]), so
+/// that a program reading stdout is told what was wrong. Help and the version are printed
+/// as asked.
+fn usage_error(error: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let json = std::env::args_os().skip(1).take_while(|arg| arg != "--").any(|arg| arg == "--json");
+    if !json || matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        error.exit();
+    }
+    let _ = error.print();
+    // The text clap printed, without its colours and its `error: ` (the JSON says so).
+    let text = error.render().to_string();
+    let text = text.trim();
+    let text = text.strip_suffix("For more information, try '--help'.").unwrap_or(text);
+    let text = text.trim_end();
+    let message = text.strip_prefix("error: ").unwrap_or(text);
+    commands::print_error_json(message, exit::CONFIG);
+    ExitCode::from(exit::CONFIG)
 }
 
 /// Runs `work` with the stopping signals listened for ([`signals`]): when one comes, the

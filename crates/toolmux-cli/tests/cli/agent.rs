@@ -1251,3 +1251,23 @@ fn a_task_on_stdin_is_read_up_to_a_limit() {
     );
     assert!(server.requests().is_empty());
 }
+
+/// With `--json`, an agent command's refusals are one JSON object on stdout (`ok: false`,
+/// `error`, `exitCode`), as every command's errors are under `--json`: stdout was empty.
+#[test]
+fn agent_errors_under_json_are_one_json_object() {
+    let project = Project::new();
+    project.file("paused.json", "{\"not\": \"a report\"}\n");
+    let cases: [(&[&str], i32, &str); 4] = [
+        (&["run", "nobody", "a task", "--json"], 2, "no agents are configured: add `nobody`"),
+        (&["resume", "gone.json", "--json"], 2, "cannot read the paused run gone.json"),
+        (&["resume", "paused.json", "--json"], 2, "paused.json is not an agent report"),
+        (&["listen", "nobody", "--json"], 2, "no agents are configured"),
+    ];
+    for (args, code, start) in cases {
+        let run = project.run(&[&["agent"], args].concat());
+        assert_eq!(run.code, code, "{args:?}: {run:?}");
+        let message = run.json_error();
+        assert!(message.starts_with(start), "{args:?}: {message}");
+    }
+}

@@ -218,6 +218,21 @@ pub(crate) fn wait(mut child: Child, limit: Duration) -> Run {
 }
 
 impl Run {
+    /// The one JSON object a command given `--json` prints on stdout for an error, checked
+    /// to say it failed, why (the `error: ` line on stderr), and with the exit code it ended
+    /// with; its message.
+    pub(crate) fn json_error(&self) -> String {
+        let value: serde_json::Value = serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is no JSON ({e}): {self:?}"));
+        assert_eq!(value["ok"], false, "{self:?}");
+        assert_eq!(value["exitCode"], self.code, "{self:?}");
+        assert_eq!(value.as_object().map(serde_json::Map::len), Some(3), "{self:?}");
+        let message = value["error"].as_str().expect("an error message").to_owned();
+        let first = message.lines().next().unwrap_or_default();
+        assert!(self.stderr.contains(&format!("error: {first}")), "{self:?}");
+        message
+    }
+
     /// Asserts success and returns stdout.
     pub(crate) fn ok(&self) -> &str {
         assert_eq!(self.code, 0, "exit code; stderr:\n{}\nstdout:\n{}", self.stderr, self.stdout);

@@ -466,3 +466,38 @@ fn pages_past_the_end_are_refused() {
     let page: serde_json::Value = serde_json::from_str(json.ok()).expect("json");
     assert_eq!(page["totalLines"], 300, "{page}");
 }
+
+/// With `--json`, every refusal of `output show` is one JSON object on stdout (`ok: false`,
+/// `error`, `exitCode`), a bad `--offset` too, said as a person reads it: stdout was empty,
+/// `-1` was taken for an option and `x` said only `invalid digit found in string`.
+#[test]
+fn output_show_errors_under_json_are_one_json_object() {
+    let project = spilled_project();
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"big.txt"}"#, "--json"]);
+    let result: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    let handle = result["extras"]["spilled"]["handle"].as_str().expect("handle").to_owned();
+    let offset = "must be a whole number of lines from 0, the first line (such as 100)";
+    let cases: [(&[&str], i32, String); 7] = [
+        (&[&handle, "--offset", "5000"], 2, "--offset 5000 is past the end".to_owned()),
+        (
+            &[&handle, "--offset", "-1"],
+            2,
+            format!("invalid value '-1' for '--offset <OFFSET>': {offset}"),
+        ),
+        (
+            &[&handle, "--offset", "x"],
+            2,
+            format!("invalid value 'x' for '--offset <OFFSET>': {offset}"),
+        ),
+        (&[&handle, "--limit", "-3"], 2, "invalid value '-3' for '--limit <LIMIT>'".to_owned()),
+        (&[], 2, "the following required arguments were not provided".to_owned()),
+        (&["run-x/out-y"], 1, "no stored output `run-x/out-y`; looked in".to_owned()),
+        (&["../x"], 1, "`../x` is no output handle".to_owned()),
+    ];
+    for (args, code, start) in cases {
+        let run = project.run(&[&["output", "show", "--json"], args].concat());
+        assert_eq!(run.code, code, "{args:?}: {run:?}");
+        let message = run.json_error();
+        assert!(message.starts_with(&start), "{args:?}: {message}");
+    }
+}

@@ -242,6 +242,31 @@ fn ctrl_c_during_a_call_ends_it_once() {
     }
 }
 
+/// With `--json`, a call refused before it runs (its arguments, a missing name, a file
+/// that does not load) is one JSON object on stdout, `{"ok": false, "error", "exitCode"}`,
+/// as a failed call is its envelope: stdout was empty, and a program got nothing to read.
+#[test]
+fn errors_under_json_are_one_json_object_on_stdout() {
+    let project = project();
+    let cases: [(&[&str], i32, &str); 6] = [
+        (&["fs__read", "{bad", "--json"], 2, "ARGS_JSON is not valid JSON: key must be a string"),
+        (&["--json"], 2, "the following required arguments were not provided:\n  <NAME>"),
+        (&["fs__read", "--arg", "path", "--json"], 2, "--arg `path` has no value"),
+        (&["fs__read", "--arg", "=x", "--json"], 2, "--arg `=x` has no name before `=`"),
+        (&["fs__read", "path=a", "limit=1", "--json"], 2, "the arguments are one word"),
+        (&["--config", "missing.yaml", "fs__read", "--json"], 2, "missing.yaml"),
+    ];
+    for (args, code, start) in cases {
+        let run = project.run(&[&["tools", "call"], args].concat());
+        assert_eq!(run.code, code, "{args:?}: {run:?}");
+        let message = run.json_error();
+        assert!(message.contains(start), "{args:?}: {message}");
+    }
+    // Without --json, stdout stays empty.
+    let run = project.run(&["tools", "call", "fs__read", "{bad"]);
+    assert_eq!((run.code, run.stdout.as_str()), (2, ""), "{run:?}");
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let run = project().run(&["tools", "frobnicate"]);
