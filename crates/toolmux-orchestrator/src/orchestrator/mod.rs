@@ -361,18 +361,38 @@ fn by_full_name(entry: &ToolEntry, error: ToolError) -> ToolError {
 const TIMEOUT_SETTING: &str =
     "`tools.NAME.timeout`, else its server's `requestTimeoutMs`, else `defaults.toolTimeout`";
 
-/// A call whose timeout passed while it waited for `slot` (`a slot of queue \`q\``): the
-/// wait counts against the timeout, so it never ran.
-fn timeout_spent_waiting(entry: &ToolEntry, slot: &str) -> ToolError {
+/// A call whose timeout passed while it waited for `slot` (`a slot of queue \`q\``), after
+/// waiting `turn` for its turn under a rate limit: the waits count against the timeout, so
+/// it never ran.
+fn timeout_spent_waiting(entry: &ToolEntry, turn: Duration, slot: &str) -> ToolError {
     let timeout = entry.settings.first_wait;
+    let turn = match turn.is_zero() {
+        true => String::new(),
+        false => format!("its turn under its rate limit ({}) and then ", human(turn)),
+    };
     ToolError::DeadlineExceeded {
         tool: entry.name.to_string(),
         after: timeout,
         limit: format!(
-            "it waited all of its timeout ({}, {TIMEOUT_SETTING}) for {slot} and did not run, \
-             as the wait counts against the timeout; call again later, or raise the timeout \
-             or the bound",
+            "it waited all of its timeout ({}, {TIMEOUT_SETTING}) for {turn}{slot} and did \
+             not run, as the wait counts against the timeout; call again later, or raise the \
+             timeout or the bound",
             human(timeout)
+        ),
+    }
+}
+
+/// How long a call waited before it ran and for what, in words (`3s waiting for a slot`),
+/// `queued` in all, `turn` of it for its turn under a rate limit.
+fn waited_for(queued: Duration, turn: Duration) -> String {
+    let slot = queued.saturating_sub(turn);
+    match (turn.is_zero(), slot.is_zero()) {
+        (true, _) => format!("{} waiting for a slot", human(queued)),
+        (false, true) => format!("{} waiting for its turn under its rate limit", human(turn)),
+        (false, false) => format!(
+            "{} waiting for its turn under its rate limit and {} for a slot",
+            human(turn),
+            human(slot)
         ),
     }
 }
@@ -478,8 +498,11 @@ fn human(d: Duration) -> String {
 struct CallLimits {
     /// When the run's `maxToolTimeMs` is spent, if it has one.
     run_deadline: Option<Instant>,
-    /// How long the call waited for its queue and in-flight slots.
+    /// How long the call waited before it ran: for its turn under a rate limit, then for
+    /// its queue and in-flight slots.
     queued: Duration,
+    /// The part of `queued` the call waited for its turn under a rate limit.
+    turn: Duration,
     /// Set for a retry: the call has one deadline, which its attempts and the backoff
     /// between them share.
     retry: Option<Retry>,
@@ -499,6 +522,7 @@ struct Retry {
 struct TimedOut {
     start: Instant,
     queued: Duration,
+    turn: Duration,
     deadline: Instant,
     run_deadline: Option<Instant>,
     retry: Option<Retry>,
@@ -635,10 +659,22 @@ enum Outcome<'a> {
 /// What the pipeline learned about a call besides its result, for the record.
 #[derive(Debug, Default)]
 struct CallMeta {
+    /// How long the call waited for its queue and in-flight slots.
     queued_ms: AtomicU64,
+    /// How long the call waited for its turn under a rate limit, before its slots.
+    turn_ms: AtomicU64,
     attempts: AtomicU32,
     served: Mutex<Option<Served>>,
     spilled: AtomicBool,
+}
+
+impl CallMeta {
+    /// How long the call waited before it ran, and the part of that it waited for its turn
+    /// under a rate limit: its timeout counts them all.
+    fn waits(&self) -> (Duration, Duration) {
+        let turn = Duration::from_millis(self.turn_ms.load(Ordering::Relaxed));
+        (turn + Duration::from_millis(self.queued_ms.load(Ordering::Relaxed)), turn)
+    }
 }
 
 /// The limits of one provider call outside the tool pipeline.
@@ -2241,7 +2277,7 @@ impl Orchestrator {
         {
             UnusedTurn(None)
         } else {
-            self.take_turn(entry, ctx, &generation).await?
+            self.take_turn(entry, ctx, meta, &generation).await?
         };
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
         let _provider_slot = self.take_provider_slot(entry, ctx, op, meta, &generation).await?;
@@ -2270,8 +2306,8 @@ impl Orchestrator {
             }
             None => {
                 meta.attempts.store(1, Ordering::Relaxed);
-                let queued = Duration::from_millis(meta.queued_ms.load(Ordering::Relaxed));
-                let limits = CallLimits { run_deadline, queued, retry: None };
+                let (queued, turn) = meta.waits();
+                let limits = CallLimits { run_deadline, queued, turn, retry: None };
                 self.timed_call(entry, arguments, ctx, op, &generation, limits).await
             }
         };
@@ -2331,6 +2367,7 @@ impl Orchestrator {
         &self,
         entry: &ToolEntry,
         ctx: &CallContext,
+        meta: &CallMeta,
         generation: &CancellationToken,
     ) -> Result<UnusedTurn<'_>, ToolError> {
         let limits = &self.inner.rate_limits;
@@ -2356,9 +2393,48 @@ impl Orchestrator {
         }
         let started = Instant::now();
         let at = crate::later(started, turn.wait());
-        let until = ctx.deadline().map_or(at, |deadline| deadline.min(at));
+        // One deadline per call: the wait for its turn counts against its timeout, as its
+        // waits for slots do, and a turn that comes at or past that deadline or its
+        // caller's is of no use. The call fails at once, saying so, rather than sleeping
+        // until its deadline to time out.
+        let timeout = entry.settings.first_wait;
+        let own = (crate::later(started, timeout), None);
+        let caller = ctx.deadline().map(|deadline| (deadline, Some(())));
+        if let Some((deadline, by_caller)) = [Some(own), caller]
+            .into_iter()
+            .flatten()
+            .filter(|(d, _)| at >= *d)
+            .min_by_key(|(d, _)| *d)
+        {
+            let wait = human(turn.wait());
+            let (past, or) = match by_caller {
+                Some(()) => (
+                    format!(
+                        "its caller's deadline, {} away",
+                        human(deadline.saturating_duration_since(started))
+                    ),
+                    "",
+                ),
+                None => (
+                    format!(
+                        "its timeout ({}, {TIMEOUT_SETTING}), which the wait counts against",
+                        human(timeout)
+                    ),
+                    ", or raise the timeout",
+                ),
+            };
+            return Err(ToolError::DeadlineExceeded {
+                tool: entry.name.to_string(),
+                after: deadline.saturating_duration_since(started),
+                limit: format!(
+                    "its turn under its rate limit ({}) comes in {wait}, at or past {past}, so \
+                     it did not wait and did not run; call again in {wait}{or}",
+                    describe(&limiter.limit)
+                ),
+            });
+        }
         tokio::select! {
-            () = tokio::time::sleep_until(until) => {}
+            () = tokio::time::sleep_until(at) => {}
             () = ctx.cancel_token().cancelled() => {
                 return Err(ToolError::Cancelled { tool: entry.name.to_string() });
             }
@@ -2366,10 +2442,7 @@ impl Orchestrator {
                 return Err(ToolError::Cancelled { tool: entry.name.to_string() });
             }
         }
-        if until < at {
-            let tool = entry.name.to_string();
-            return Err(ToolError::Timeout { tool, after: started.elapsed(), idle: None });
-        }
+        meta.turn_ms.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
         Ok(unused)
     }
 
@@ -2398,8 +2471,10 @@ impl Orchestrator {
         }
         let waited = Instant::now();
         // A slot that comes after the caller's deadline is of no use: the wait ends there.
-        // Nor one after the call's timeout, which counts the wait (one deadline per call).
-        let timeout = entry.settings.first_wait;
+        // Nor one after the call's timeout, which counts the wait, as it counts the wait for
+        // its turn under a rate limit before (one deadline per call).
+        let turn = Duration::from_millis(meta.turn_ms.load(Ordering::Relaxed));
+        let timeout = entry.settings.first_wait.saturating_sub(turn);
         let before_deadline = ctx.deadline().map(|d| d.saturating_duration_since(waited));
         let by_deadline = before_deadline.is_some_and(|left| left < *wait && left <= timeout);
         let by_timeout = !by_deadline && timeout < *wait;
@@ -2414,10 +2489,10 @@ impl Orchestrator {
         let Some(slot) = slot else {
             let slot_of = || format!("a slot of queue `{}`", queue.name());
             if by_deadline {
-                return Err(caller_deadline_passed(entry, waited.elapsed(), &slot_of()));
+                return Err(caller_deadline_passed(entry, turn + waited.elapsed(), &slot_of()));
             }
             if by_timeout {
-                return Err(timeout_spent_waiting(entry, &slot_of()));
+                return Err(timeout_spent_waiting(entry, turn, &slot_of()));
             }
             return Err(ToolError::QueueBusy {
                 tool: entry.name.to_string(),
@@ -2475,7 +2550,8 @@ impl Orchestrator {
         let waited = Instant::now();
         // Up to the caller's deadline, else what is left of the tool's timeout after its
         // wait for a queue slot: the call has one deadline, which its waits count against.
-        let queued = Duration::from_millis(meta.queued_ms.load(Ordering::Relaxed));
+        let turn = Duration::from_millis(meta.turn_ms.load(Ordering::Relaxed));
+        let queued = turn + Duration::from_millis(meta.queued_ms.load(Ordering::Relaxed));
         let timeout_left = entry.settings.first_wait.saturating_sub(queued);
         let by_deadline = ctx
             .deadline()
@@ -2494,7 +2570,7 @@ impl Orchestrator {
             None if by_deadline.is_some() => {
                 Err(caller_deadline_passed(entry, queued + waited.elapsed(), &slot_of()))
             }
-            None => Err(timeout_spent_waiting(entry, &slot_of())),
+            None => Err(timeout_spent_waiting(entry, turn, &slot_of())),
         }
     }
 
@@ -2513,8 +2589,8 @@ impl Orchestrator {
         let mut attempt = 0;
         let mut arguments = Some(arguments);
         // One deadline per call: its attempts and the backoff between them share the
-        // timeout, counted from when it began to wait for its slots.
-        let queued = Duration::from_millis(meta.queued_ms.load(Ordering::Relaxed));
+        // timeout, counted from when it began to wait for its turn and slots.
+        let (queued, turn) = meta.waits();
         let first_start = Instant::now();
         let arrived = first_start.checked_sub(queued).unwrap_or(first_start);
         let call_deadline = crate::later(arrived, call_limit(&entry.settings).0);
@@ -2525,7 +2601,7 @@ impl Orchestrator {
             // Only a call that may be retried keeps a copy of its arguments.
             let args = if last { arguments.take() } else { arguments.clone() }.unwrap_or_default();
             let retry = (attempt > 1).then(|| Retry { attempt, earlier: first_start.elapsed() });
-            let limits = CallLimits { run_deadline, queued, retry };
+            let limits = CallLimits { run_deadline, queued, turn, retry };
             let result = self.timed_call(entry, args, ctx, op, generation, limits).await;
             match result {
                 Err(e) if !last && e.is_transient() => {
@@ -2635,12 +2711,13 @@ impl Orchestrator {
         Fut: Future<Output = Result<T, ToolError>>,
     {
         let settings = &entry.settings;
-        let CallLimits { run_deadline, queued, retry } = limits;
+        let CallLimits { run_deadline, queued, turn, retry } = limits;
         // A slot that came as the call's time ran out: nothing is left to run in. (A retry
         // starts only before its call's deadline.)
         if retry.is_none() && !queued.is_zero() && queued >= settings.first_wait {
             return Err(timeout_spent_waiting(
                 entry,
+                turn,
                 "a slot (a queue's or `defaults.maxCallsInFlight`)",
             ));
         }
@@ -2760,7 +2837,7 @@ impl Orchestrator {
                             continue;
                         }
                         stop();
-                        let ended = TimedOut { start, queued, deadline, run_deadline, retry };
+                        let ended = TimedOut { start, queued, turn, deadline, run_deadline, retry };
                         return Err(self.limit_reached(entry, ctx, ended).unwrap_or_else(|| {
                             ToolError::Timeout { tool: tool(), after: start.elapsed(), idle: None }
                         }));
@@ -2779,7 +2856,7 @@ impl Orchestrator {
                     let restarted = deadline > first_deadline;
                     let idle = (restarted && deadline < hard_deadline).then_some(timeout);
                     if idle.is_none() {
-                        let ended = TimedOut { start, queued, deadline, run_deadline, retry };
+                        let ended = TimedOut { start, queued, turn, deadline, run_deadline, retry };
                         if let Some(error) = self.limit_reached(entry, ctx, ended) {
                             return Err(error);
                         }
@@ -2792,14 +2869,14 @@ impl Orchestrator {
 
     /// The error of a call whose deadline passed, naming the limit that set it when that
     /// was not its own timeout alone (the run's remaining `maxToolTimeMs`, its caller's
-    /// deadline, or its timeout less its wait for a slot); `None` when it was.
+    /// deadline, or its timeout less its waits for its turn and slots); `None` when it was.
     fn limit_reached(
         &self,
         entry: &ToolEntry,
         ctx: &CallContext,
         ended: TimedOut,
     ) -> Option<ToolError> {
-        let TimedOut { start, queued, deadline, run_deadline, retry } = ended;
+        let TimedOut { start, queued, turn, deadline, run_deadline, retry } = ended;
         let timeout = entry.settings.timeout;
         let tool = entry.name.to_string();
         let ran = start.elapsed();
@@ -2832,10 +2909,9 @@ impl Orchestrator {
                 tool,
                 after: ran + queued + earlier,
                 limit: format!(
-                    "its caller's deadline passed (it ran {}, after {} waiting for a \
-                     slot){attempt}",
+                    "its caller's deadline passed (it ran {}, after {}){attempt}",
                     human(ran),
-                    human(queued)
+                    waited_for(queued, turn)
                 ),
             });
         }
@@ -2849,7 +2925,7 @@ impl Orchestrator {
             }
             let slot = match queued.is_zero() {
                 true => String::new(),
-                false => format!(" and {} waiting for a slot", human(queued)),
+                false => format!(" and {}", waited_for(queued, turn)),
             };
             return Some(ToolError::DeadlineExceeded {
                 tool,
@@ -2867,14 +2943,23 @@ impl Orchestrator {
         let arrived = start.checked_sub(queued).unwrap_or(start);
         let timeout = entry.settings.first_wait;
         if !queued.is_zero() && deadline >= crate::later(arrived, timeout) {
+            let waited = match turn.is_zero() {
+                true => format!(
+                    "the {} it waited for a slot (a queue's or `defaults.maxCallsInFlight`)",
+                    human(queued)
+                ),
+                false => format!(
+                    "the {} it waited before it ran ({})",
+                    human(queued),
+                    waited_for(queued, turn)
+                ),
+            };
             return Some(ToolError::DeadlineExceeded {
                 tool,
                 after: timeout,
                 limit: format!(
-                    "its timeout ({}, {TIMEOUT_SETTING}) counts the {} it waited for a slot \
-                     (a queue's or `defaults.maxCallsInFlight`), so it ran {}",
+                    "its timeout ({}, {TIMEOUT_SETTING}) counts {waited}, so it ran {}",
                     human(timeout),
-                    human(queued),
                     human(ran)
                 ),
             });

@@ -19,7 +19,6 @@ use crate::permission::Permission;
 use crate::registry::ToolEntry;
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::time::Instant;
 use toolmux_core::{CallContext, Op, Relayed, ToolError};
 
@@ -112,7 +111,7 @@ impl Orchestrator {
         {
             super::UnusedTurn(None)
         } else {
-            self.take_turn(entry, ctx, &generation).await?
+            self.take_turn(entry, ctx, meta, &generation).await?
         };
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
         let _provider_slot = self.take_provider_slot(entry, ctx, op, meta, &generation).await?;
@@ -121,10 +120,9 @@ impl Orchestrator {
         // A raw result is text blocks only, each no longer than the whole: within the
         // cap, its text is too.
         let raw_max = raw_max.min(self.response_max(entry));
-        // Its timeout counts its wait for its slots, as a call's does.
-        let queued =
-            Duration::from_millis(meta.queued_ms.load(std::sync::atomic::Ordering::Relaxed));
-        let limits = super::CallLimits { run_deadline: None, queued, retry: None };
+        // Its timeout counts its waits for its turn and slots, as a call's does.
+        let (queued, turn) = meta.waits();
+        let limits = super::CallLimits { run_deadline: None, queued, turn, retry: None };
         let call = |provider_ctx: Cow<'c, CallContext>| async move {
             entry.provider.relay(&entry.original, arguments, &provider_ctx, raw_max).await
         };

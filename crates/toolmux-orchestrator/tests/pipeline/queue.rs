@@ -185,7 +185,12 @@ async fn rate_limits_refuse_or_delay_calls_beyond_them() {
     );
     config.tools.insert(
         "m__own".into(),
-        ToolSettings { rate_limit: Some(limit(1, 60_000, 60_000)), ..ToolSettings::default() },
+        ToolSettings {
+            rate_limit: Some(limit(1, 60_000, 60_000)),
+            // The wait counts against the timeout.
+            timeout: Some(Duration::from_secs(120)),
+            ..ToolSettings::default()
+        },
     );
     let o = start(config, vec![p]).await;
     assert!(call(&o, "m__a", json!({})).await.ok);
@@ -224,6 +229,8 @@ async fn a_call_waiting_for_its_rate_limited_turn_is_cancelled() {
                 per: Duration::from_secs(60),
                 wait: Duration::from_secs(600),
             }),
+            // The wait counts against the timeout.
+            timeout: Some(Duration::from_secs(120)),
             ..ToolSettings::default()
         },
     );
@@ -240,12 +247,14 @@ async fn a_call_waiting_for_its_rate_limited_turn_is_cancelled() {
     assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
     assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
     assert_eq!(p.calls_of("own"), 1);
-    // A caller whose deadline comes before its turn stops at the deadline.
+    // A caller whose deadline comes before its turn fails at once, rather than waiting
+    // until its deadline to time out.
     let started = tokio::time::Instant::now();
     let ctx = CallContext::new().with_deadline(started + Duration::from_secs(5));
     let r = o.execute(toolmux_core::ToolCall::new("m__own", json!({})), &ctx).await;
     assert_eq!(r.extras.get("code"), Some(&json!("timeout")), "{r:?}");
-    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    expect!["timeout: `m__own` did not finish within 5s: its turn under its rate limit (1 call per 1m) comes in 59s, at or past its caller's deadline, 5s away, so it did not wait and did not run; call again in 59s"].assert_eq(&r.error.unwrap_or_default());
     assert_eq!(p.calls_of("own"), 1);
 }
 
@@ -269,7 +278,8 @@ async fn calls_that_stop_waiting_for_their_turn_give_it_back() {
     // The burst: two calls at once.
     assert!(call(&o, "m__t", json!({})).await.ok);
     assert!(call(&o, "m__t", json!({})).await.ok);
-    // Four calls wait for turns 0.5 s, 1 s, 1.5 s and 2 s away.
+    // Calls wait for turns 0.5 s, 1 s and 1.5 s away; one whose turn (1.5 s away) would
+    // come past its deadline fails at once and gives it back.
     let token = CancellationToken::new();
     let spawn = |ctx: CallContext| {
         let o = o.clone();
@@ -279,7 +289,10 @@ async fn calls_that_stop_waiting_for_their_turn_give_it_back() {
         spawn(CallContext::new().with_cancel(token.clone())),
         spawn(CallContext::new().with_cancel(token.clone())),
     ];
-    let late = spawn(CallContext::new().with_deadline(t0 + Duration::from_millis(200)));
+    tokio::task::yield_now().await;
+    let late = CallContext::new().with_deadline(t0 + Duration::from_millis(200));
+    let late = o.execute(ToolCall::new("m__t", json!({})), &late).await;
+    assert_eq!(t0.elapsed(), Duration::ZERO);
     let dropped = spawn(CallContext::new());
     tokio::time::sleep(Duration::from_millis(100)).await;
     token.cancel();
@@ -289,9 +302,8 @@ async fn calls_that_stop_waiting_for_their_turn_give_it_back() {
         assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
     }
     assert!(dropped.await.unwrap_err().is_cancelled());
-    let r = late.await.unwrap();
-    assert_eq!(r.extras.get("code"), Some(&json!("timeout")), "{r:?}");
-    assert_eq!(t0.elapsed(), Duration::from_millis(200));
+    assert_eq!(late.extras.get("code"), Some(&json!("timeout")), "{late:?}");
+    assert_eq!(t0.elapsed(), Duration::from_millis(100));
     // None of the four ran: the next call takes the first of their turns (0.5 s), where
     // it waited behind all four (2.5 s) when they kept them.
     assert!(call(&o, "m__t", json!({})).await.ok);
@@ -676,4 +688,52 @@ async fn a_queued_call_runs_until_its_run_s_tool_time_is_spent() {
     expect!["timeout: `m__long` did not finish within 10s: the run's tool time ran out: 10s of its `defaults.maxToolTimeMs` (10s) was left when the call started, less than the tool's timeout (60s); the run's next call fails with budget_exhausted"]
         .assert_eq(&e.to_string());
     assert!(blocker.await.unwrap().is_ok());
+}
+
+/// A call's wait for its turn under a rate limit counts against its timeout, as its waits
+/// for slots do (one deadline per call): a call that waited 4 s of its 10 s runs 6 s at
+/// most, where it ran its whole 8 s, and one whose turn would come past its timeout fails
+/// at once, naming the limit and the wait, where it waited a minute and then ran.
+#[tokio::test(start_paused = true)]
+async fn the_wait_for_a_rate_limited_turn_counts_against_the_timeout() {
+    use toolmux_orchestrator::RateLimit;
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("work", Behavior::Sleep(Duration::from_secs(8)))
+            .with_tool("rare", Behavior::Echo),
+    );
+    let limited = |calls, per| ToolSettings {
+        rate_limit: Some(RateLimit { calls, per, wait: Duration::from_secs(600) }),
+        timeout: Some(Duration::from_secs(10)),
+        ..ToolSettings::default()
+    };
+    let config = OrchestratorConfig::default()
+        .with_tool_settings("m__work", limited(1, Duration::from_secs(4)))
+        .with_tool_settings("m__rare", limited(1, Duration::from_secs(60)));
+    let o = start(config, vec![p.clone()]).await;
+    let t0 = tokio::time::Instant::now();
+    let spawn = |tool: &'static str| {
+        let o = o.clone();
+        tokio::spawn(async move {
+            let result = o.call_tool(tool, json!({}), &CallContext::new()).await;
+            (result.map(|_| ()).map_err(|e| e.to_string()), t0.elapsed())
+        })
+    };
+    let first = spawn("m__work");
+    tokio::task::yield_now().await;
+    let second = spawn("m__work");
+    assert_eq!(first.await.unwrap(), (Ok(()), Duration::from_secs(8)));
+    let (r, at) = second.await.unwrap();
+    assert_eq!(at, Duration::from_secs(10), "{r:?}");
+    expect!["timeout: `m__work` did not finish within 10s: its timeout (10s, `tools.NAME.timeout`, else its server's `requestTimeoutMs`, else `defaults.toolTimeout`) counts the 4s it waited before it ran (4s waiting for its turn under its rate limit), so it ran 6s"]
+        .assert_eq(&r.unwrap_err());
+
+    let t1 = t0.elapsed();
+    assert!(o.call_tool("m__rare", json!({}), &CallContext::new()).await.is_ok());
+    let e = o.call_tool("m__rare", json!({}), &CallContext::new()).await.unwrap_err();
+    assert_eq!(t0.elapsed(), t1, "no wait");
+    assert_eq!(e.code(), "timeout");
+    expect!["timeout: `m__rare` did not finish within 10s: its turn under its rate limit (1 call per 1m) comes in 60s, at or past its timeout (10s, `tools.NAME.timeout`, else its server's `requestTimeoutMs`, else `defaults.toolTimeout`), which the wait counts against, so it did not wait and did not run; call again in 60s, or raise the timeout"]
+        .assert_eq(&e.to_string());
+    assert_eq!(p.calls_of("rare"), 1);
 }
