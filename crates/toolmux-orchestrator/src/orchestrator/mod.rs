@@ -2891,13 +2891,21 @@ impl Orchestrator {
         });
         if let Some(run) = run_deadline.filter(|run| *run <= deadline) {
             let max = self.inner.config.run_budget.max_tool_time.unwrap_or_default();
+            // A call that waited took longer than the tool time it spent: say how much.
+            let waits = match queued.is_zero() {
+                true => String::new(),
+                false => format!(
+                    " running, after {} (waits are not tool time)",
+                    waited_for(queued, turn)
+                ),
+            };
             return Some(ToolError::DeadlineExceeded {
                 tool,
-                after: ran,
+                after: queued + earlier + ran,
                 limit: format!(
                     "the run's tool time ran out: {} of its `defaults.maxToolTimeMs` ({}) was \
-                     left when the call started, less than the tool's timeout ({}); the run's \
-                     next call fails with budget_exhausted{attempt}",
+                     left when the call started{waits}, less than the tool's timeout ({}); \
+                     the run's next call fails with budget_exhausted{attempt}",
                     human(run.saturating_duration_since(start)),
                     human(max),
                     human(timeout)

@@ -661,7 +661,8 @@ async fn a_provider_s_wait_for_an_answer_counts_the_wait_for_a_slot() {
 /// A call that waited for its slot and then had less of its run's tool time
 /// (`maxToolTimeMs`) left than of its timeout ends when the run's tool time runs out, counted
 /// from when it got its slot, and says so: 5 s in the queue, 10 s of tool time left, a 60 s
-/// timeout end it 10 s after it started, not 5 s.
+/// timeout end it 10 s after it started, not 5 s. The error says how long it waited, which
+/// is not tool time: the caller saw 15 s.
 #[tokio::test(start_paused = true)]
 async fn a_queued_call_runs_until_its_run_s_tool_time_is_spent() {
     let p = Arc::new(
@@ -685,7 +686,7 @@ async fn a_queued_call_runs_until_its_run_s_tool_time_is_spent() {
     let run = CallContext::new().with_run_id("r");
     let e = o.call_tool("m__long", json!({}), &run).await.unwrap_err();
     assert_eq!(t0.elapsed(), Duration::from_secs(15), "5s queued, then 10s of tool time");
-    expect!["timeout: `m__long` did not finish within 10s: the run's tool time ran out: 10s of its `defaults.maxToolTimeMs` (10s) was left when the call started, less than the tool's timeout (60s); the run's next call fails with budget_exhausted"]
+    expect!["timeout: `m__long` did not finish within 15s: the run's tool time ran out: 10s of its `defaults.maxToolTimeMs` (10s) was left when the call started running, after 5s waiting for a slot (waits are not tool time), less than the tool's timeout (60s); the run's next call fails with budget_exhausted"]
         .assert_eq(&e.to_string());
     assert!(blocker.await.unwrap().is_ok());
 }
