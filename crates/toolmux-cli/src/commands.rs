@@ -1,6 +1,7 @@
 //! One function per command.
 
 use crate::args::{CallArgs, ServeArgs, ShowArgs};
+use crate::callee::Callee;
 use crate::exit;
 use crate::progress::Spinner;
 use anyhow::{Context as _, bail};
@@ -11,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::CancellationToken;
 use toolmux::Toolmux;
 use toolmux::config::Loaded;
-use toolmux::toolmux_core::{CallContext, ToolCall, ToolProvider, ToolResult, naming};
+use toolmux::toolmux_core::{CallContext, ToolCall, ToolError, ToolKind, ToolProvider, ToolResult};
 use toolmux::toolmux_mcp::server::{ApiKey, ApiKeys, MetricsSource};
 use toolmux::toolmux_orchestrator::accounting::Stats;
 use toolmux::toolmux_orchestrator::store::{self, StoreError};
@@ -621,11 +622,24 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
     if let Err(e) = call_arguments(call.arguments.as_deref(), &call.args, None) {
         return Ok(refuse(call.json, exit::CONFIG, &format!("{e:#}")));
     }
-    // Only the provider of the tool is started, when the name (or alias) says which.
-    let canonical = loaded.config.aliases.get(&call.name).unwrap_or(&call.name);
-    let namespace = naming::split(canonical)
-        .map(|(ns, _)| ns.to_owned())
-        .filter(|ns| loaded.namespaces().contains(ns));
+    // Only the provider of the tool is started, when the name (or alias) says which; a
+    // name no provider could have is refused before any starts, and never counted.
+    let namespace = match Callee::of(loaded, &call.name) {
+        Callee::Provider(namespace) => Some(namespace),
+        Callee::Everything => None,
+        Callee::Nowhere(namespace) => {
+            let message = crate::callee::nowhere(loaded, &call.name, namespace.as_deref()).await;
+            if call.json {
+                // The envelope a call of an unknown tool gets from the orchestrator.
+                let error = ToolError::UnknownTool { name: call.name.clone(), suggestions: vec![] };
+                let mut result = ToolResult::from_error(&error, ToolKind::Composite, "", 0);
+                result.error = Some(message.clone());
+                print(&serde_json::to_string_pretty(&result)?);
+            }
+            eprintln!("error: {message}");
+            return Ok(exit::TOOL_FAILED);
+        }
+    };
     let keep = |ns: &str| namespace.as_deref().is_none_or(|wanted| wanted == ns);
     let (toolmux, report) = start(loaded, &keep).await?;
     let cancel = CancellationToken::new();

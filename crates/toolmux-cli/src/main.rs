@@ -27,6 +27,7 @@ mod agent;
 #[cfg(feature = "mimalloc")]
 mod allocator;
 mod args;
+mod callee;
 mod commands;
 mod events;
 mod files;

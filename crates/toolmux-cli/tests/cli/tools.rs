@@ -173,13 +173,64 @@ fn invalid_arguments_json_is_a_usage_error() {
 /// A name that is no tool's, and nothing close to it: the error says where the names are.
 #[test]
 fn unknown_tool_points_to_the_list() {
-    let run = project().run(&["tools", "call", "nothing__like_it", "{}"]);
+    let run = project().run(&["tools", "call", "fs__nothing_like_it", "{}"]);
     assert_eq!(run.code, 1, "{run:?}");
-    expect!["error: unknown tool `nothing__like_it`; `toolmux tools list` shows every tool's name"]
-        .assert_eq(run.stderr.trim());
+    expect![
+        "error: unknown tool `fs__nothing_like_it`; `toolmux tools list` shows every tool's name"
+    ]
+    .assert_eq(run.stderr.trim());
     // With a close name, that name is the hint.
     let run = project().run(&["tools", "call", "fs_grep", "{}"]);
-    expect!["error: unknown tool `fs_grep`; did you mean `fs__grep`?"].assert_eq(run.stderr.trim());
+    expect!["error: unknown tool `fs_grep`: no namespace begins it, as `fs__` begins `fs__read` (the namespaces are `fs`, `output`); did you mean `fs__grep`?"].assert_eq(run.stderr.trim());
+}
+
+/// A project with the file tools, aliases and a server that leaves `started.txt` behind
+/// when it is started (and then fails to, having no MCP to speak).
+fn project_with_a_marking_server() -> Project {
+    let project = project();
+    project.file(
+        "toolmux.yaml",
+        "fs: {}\naliases: {first: second, second: fs__read}\nmcpServers:\n  marker:\n    \
+         command: sh\n    args: ['-c', 'echo started > started.txt']\n",
+    );
+    project
+}
+
+/// A name whose namespace no provider has is refused before anything starts, naming the
+/// namespaces and the closest tool, and is not counted: every server was started for it
+/// (so a slow or broken one made a typo slow), and `stats` got a row for a call that never
+/// ran.
+#[test]
+fn a_name_of_no_provider_starts_nothing() {
+    let project = project_with_a_marking_server();
+    let run = project.run(&["tools", "call", "fss__read", r#"{"path":"README.md"}"#]);
+    assert_eq!(run.code, 1, "{run:?}");
+    expect!["error: unknown tool `fss__read`: no provider has namespace `fss` (the namespaces are `fs`, `marker`, `output`); did you mean `fs__read`?"]
+        .assert_eq(run.stderr.trim());
+    let run = project.run(&["tools", "call", "nope__x", "{}", "--json"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let envelope: serde_json::Value = serde_json::from_str(&run.stdout).expect("json");
+    assert_eq!(envelope["extras"]["code"], "unknown_tool", "{envelope}");
+    expect!["unknown tool `nope__x`: no provider has namespace `nope` (the namespaces are `fs`, `marker`, `output`); the closest tool name is `fs__ls`; `toolmux tools list` shows every tool's name"]
+        .assert_eq(envelope["error"].as_str().unwrap_or_default());
+    assert!(!project.path().join("started.txt").exists(), "the server was started");
+    let stats = project.run(&["stats", "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(stats.ok()).expect("json");
+    assert_eq!(stats["tools"], serde_json::json!({}), "{stats}");
+}
+
+/// An alias of an alias starts only the provider of the tool it ends at: the first alias's
+/// target was taken for the tool, named no namespace, and every server started.
+#[test]
+fn an_alias_of_an_alias_starts_only_its_provider() {
+    let project = project_with_a_marking_server();
+    let run = project.run(&["tools", "call", "first", r#"{"path":"README.md"}"#]);
+    assert!(run.ok().contains("hello"), "{run:?}");
+    assert!(!project.path().join("started.txt").exists(), "the server was started");
+    // The same server, called by its namespace, does start.
+    let run = project.run(&["tools", "call", "marker__x", "{}"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(project.path().join("started.txt").exists(), "{run:?}");
 }
 
 /// A tool of an MCP server whose command does not exist: the warning says why the server
