@@ -2358,8 +2358,10 @@ impl Orchestrator {
 
     /// Waits for the call's turn under its rate limit (the tool's, else its provider's),
     /// or fails with [`ToolError::RateLimited`] when the turn is further off than the limit
-    /// lets a call wait. The wait ends as a queue wait does: at the caller's cancellation,
-    /// at [`Orchestrator::cancel`] and at the caller's deadline.
+    /// lets a call wait, and with [`ToolError::DeadlineExceeded`] when it would come at or
+    /// past the call's deadline (its timeout, which counts the wait, or its caller's). The
+    /// wait ends as a queue wait does: at the caller's cancellation and at
+    /// [`Orchestrator::cancel`].
     ///
     /// The turn is returned unused: the caller gives it back by dropping it, or keeps it by
     /// clearing it once the call reaches its provider.
@@ -2398,17 +2400,14 @@ impl Orchestrator {
         // caller's is of no use. The call fails at once, saying so, rather than sleeping
         // until its deadline to time out.
         let timeout = entry.settings.first_wait;
-        let own = (crate::later(started, timeout), None);
-        let caller = ctx.deadline().map(|deadline| (deadline, Some(())));
-        if let Some((deadline, by_caller)) = [Some(own), caller]
-            .into_iter()
-            .flatten()
-            .filter(|(d, _)| at >= *d)
-            .min_by_key(|(d, _)| *d)
-        {
+        let own = crate::later(started, timeout);
+        // The caller's deadline, when it comes first.
+        let caller = ctx.deadline().filter(|deadline| *deadline < own);
+        let deadline = caller.unwrap_or(own);
+        if at >= deadline {
             let wait = human(turn.wait());
-            let (past, or) = match by_caller {
-                Some(()) => (
+            let (past, or) = match caller {
+                Some(_) => (
                     format!(
                         "its caller's deadline, {} away",
                         human(deadline.saturating_duration_since(started))
