@@ -501,6 +501,11 @@ pub struct RunBudgetConfig {
 }
 
 /// Retries with exponential backoff, for idempotent tools on transient errors.
+///
+/// A call has one deadline, which its retries share: each attempt runs within what its
+/// waits, the earlier attempts and the backoff after them left of its timeout, and no
+/// retry is made whose backoff would end past that, its caller's deadline or its run's
+/// tool time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Retries after the first attempt; 0 disables retrying.
