@@ -226,5 +226,30 @@ fn load(explicit: &[PathBuf], cwd: &Path) -> anyhow::Result<Loaded> {
     let path = config::discover(first, from_env.as_deref(), cwd).map(|p| cwd.join(p));
     let mut layers = config::Layers::discover(&env);
     layers.added = explicit.iter().skip(1).map(|p| cwd.join(p)).collect();
-    Ok(config::load_layered(path.as_deref(), cwd, &layers, &env)?)
+    let error = match config::load_layered(path.as_deref(), cwd, &layers, &env) {
+        Ok(loaded) => return Ok(loaded),
+        Err(error) => error,
+    };
+    // A file that cannot be read says where its path came from, and how to give another:
+    // a `TOOLMUX_CONFIG` exported long ago and forgotten is otherwise hard to see.
+    let given = match (first, &from_env) {
+        (Some(_), _) => "given with --config",
+        (None, Some(from_env)) if !from_env.as_os_str().is_empty() => {
+            "named by TOOLMUX_CONFIG; unset it to look for ./toolmux.yaml"
+        }
+        _ => return Err(error.into()),
+    };
+    let shown = path.as_deref().map(|p| p.strip_prefix(cwd).unwrap_or(p).display().to_string());
+    Err(match error {
+        ToolmuxError::Read { file, source } if Some(&file) == shown.as_ref() => {
+            ToolmuxError::Read { file: format!("{file} ({given})"), source }
+        }
+        // A later --config file: its layer is named, not where it came from.
+        ToolmuxError::Read { file, source } if file.ends_with(" (added configuration)") => {
+            let file = file.replace(" (added configuration)", " (added with --config)");
+            ToolmuxError::Read { file, source }
+        }
+        other => other,
+    }
+    .into())
 }

@@ -184,12 +184,32 @@ fn missing_fs_root() {
     );
 }
 
+/// A file that cannot be read says where its path came from: `--config`, or a
+/// `TOOLMUX_CONFIG` exported long ago, which nothing on the command line shows (it said
+/// only that the file could not be read).
 #[test]
 fn explicit_file_that_does_not_exist() {
     let project = Project::new();
     let run = project.run(&["--config", "nope.yaml", "tools", "list"]);
     assert_eq!(run.code, 2);
-    expect!["error: cannot read the configuration file nope.yaml: No such file or directory (os error 2)"]
+    expect!["error: cannot read the configuration file nope.yaml (given with --config): No such file or directory (os error 2)"]
+        .assert_eq(run.stderr.trim_end());
+    project.file("toolmux.yaml", "fs: {}\n");
+    let run = project.run(&["--config", "toolmux.yaml", "--config", "more.yaml", "tools", "list"]);
+    assert_eq!(run.code, 2);
+    expect!["error: cannot read the configuration file more.yaml (added with --config): No such file or directory (os error 2)"]
+        .assert_eq(run.stderr.trim_end());
+    let project = project.env("TOOLMUX_CONFIG", "gone/tm.yaml");
+    let run = project.run(&["tools", "list"]);
+    assert_eq!(run.code, 2);
+    expect!["error: cannot read the configuration file gone/tm.yaml (named by TOOLMUX_CONFIG; unset it to look for ./toolmux.yaml): No such file or directory (os error 2)"]
+        .assert_eq(run.stderr.trim_end());
+    // A folder, which cannot be read as a file either; --config wins over the variable.
+    let run = project.run(&["stats"]);
+    assert_eq!(run.code, 2);
+    let run = project.env("TOOLMUX_CONFIG", "tmp").run(&["--config", "tmp", "stats"]);
+    assert_eq!(run.code, 2);
+    expect!["error: cannot read the configuration file tmp (given with --config): it is a folder, not a regular file: give the path of a configuration file"]
         .assert_eq(run.stderr.trim_end());
 }
 
