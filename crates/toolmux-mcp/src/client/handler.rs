@@ -41,10 +41,28 @@ pub(crate) struct ProgressRoute {
     pub(crate) activity: Arc<Notify>,
 }
 
+/// The progress routes of the running calls, and the reports no route took yet.
+#[derive(Debug, Default)]
+struct Routes {
+    by_token: foldhash::HashMap<ProgressToken, ProgressRoute>,
+    /// Calls whose request rmcp may have sent while their route is not in yet: rmcp
+    /// chooses a request's progress token as it queues it, so the route can only follow.
+    sending: usize,
+    /// Reports for no route that came while a call was `sending`, oldest first; the
+    /// route that then comes takes its own. At most [`STRAYS_KEPT`]; past that the
+    /// latest replaces the one before it, so the first and the last are kept.
+    // Invariant: empty while `sending` is 0.
+    strays: VecDeque<ProgressNotificationParam>,
+}
+
+/// Reports kept for routes still to come (a server floods at most this many in the
+/// moment between rmcp queuing a request and its call routing its progress).
+const STRAYS_KEPT: usize = 1024;
+
 /// Server events shared between the handler of each connection and the provider.
 #[derive(Debug, Default)]
 pub(crate) struct Events {
-    progress: Mutex<foldhash::HashMap<ProgressToken, ProgressRoute>>,
+    progress: Mutex<Routes>,
     /// Woken when the server says its tool list changed.
     pub(crate) tools_changed: Notify,
     /// Told when the server says its prompt list changed.
@@ -89,20 +107,41 @@ impl Events {
         kept.remove(at).and_then(|(_, caller)| caller.upgrade())
     }
 
-    /// Routes progress for `token` until [`Events::unroute`].
+    fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
+        self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Routes progress for `token` until [`Events::unroute`]. For a request whose token
+    /// is known before it is written; one rmcp sends goes through [`Events::sending`].
     pub(crate) fn route(&self, token: ProgressToken, route: ProgressRoute) {
-        self.progress.lock().unwrap_or_else(|e| e.into_inner()).insert(token, route);
+        self.routes().by_token.insert(token, route);
+    }
+
+    /// Keeps the reports that come for no route from now until the returned guard routes
+    /// its request's progress or drops: rmcp gives a request's progress token only once
+    /// it has queued the request, and a server that reports at once may be read first.
+    pub(crate) fn sending(&self) -> Sending<'_> {
+        self.routes().sending += 1;
+        Sending { events: self }
     }
 
     /// Stops routing progress for `token`.
     pub(crate) fn unroute(&self, token: &ProgressToken) {
-        self.progress.lock().unwrap_or_else(|e| e.into_inner()).remove(token);
+        self.routes().by_token.remove(token);
+    }
+
+    /// How many calls have their progress routed, how many reports wait for a route, and
+    /// how many calls are sending.
+    #[cfg(test)]
+    pub(crate) fn routed(&self) -> (usize, usize, usize) {
+        let routes = self.routes();
+        (routes.by_token.len(), routes.strays.len(), routes.sending)
     }
 
     /// Resets the idle timeout of the requests sent with `tokens`, as progress does.
     fn keep_alive(&self, tokens: &[ProgressToken]) {
-        let progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-        for route in tokens.iter().filter_map(|t| progress.get(t)) {
+        let routes = self.routes();
+        for route in tokens.iter().filter_map(|t| routes.by_token.get(t)) {
             route.activity.notify_one();
         }
     }
@@ -137,18 +176,70 @@ impl Events {
     }
 
     fn deliver(&self, params: ProgressNotificationParam) {
-        let route = self
-            .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&params.progress_token)
-            .cloned();
-        let Some(route) = route else { return };
-        route.activity.notify_one();
-        if let Some(sink) = route.sink {
+        let route = {
+            let mut routes = self.routes();
+            match routes.by_token.get(&params.progress_token) {
+                Some(route) => route.clone(),
+                None => {
+                    if routes.sending > 0 {
+                        if routes.strays.len() >= STRAYS_KEPT {
+                            routes.strays.pop_back();
+                        }
+                        routes.strays.push_back(params);
+                    }
+                    return;
+                }
+            }
+        };
+        route.report(params);
+    }
+}
+
+impl ProgressRoute {
+    /// Hands one report to the call.
+    fn report(&self, params: ProgressNotificationParam) {
+        self.activity.notify_one();
+        if let Some(sink) = &self.sink {
             let mut progress = Progress::new(params.progress, params.total);
             progress.message = params.message;
             sink.report(progress);
+        }
+    }
+}
+
+/// A call whose request rmcp is sending ([`Events::sending`]).
+#[derive(Debug)]
+pub(crate) struct Sending<'a> {
+    events: &'a Events,
+}
+
+impl Sending<'_> {
+    /// Routes progress for `token`, the token rmcp gave the request, until
+    /// [`Events::unroute`]; the reports that came for it before are handed over first.
+    pub(crate) fn route(self, token: ProgressToken, route: ProgressRoute) {
+        let mut routes = self.events.routes();
+        let (early, others) = std::mem::take(&mut routes.strays)
+            .into_iter()
+            .partition::<VecDeque<_>, _>(|p| p.progress_token == token);
+        routes.strays = others;
+        // Under the lock, unlike every later report: one the reader takes meanwhile waits
+        // for these, so the call gets its reports in the order they came. (A sink returns
+        // at once and cannot call back into a provider.)
+        for params in early {
+            route.report(params);
+        }
+        routes.by_token.insert(token, route);
+        // Released before `self` drops, which takes the lock again.
+        drop(routes);
+    }
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        let mut routes = self.events.routes();
+        routes.sending -= 1;
+        if routes.sending == 0 {
+            routes.strays.clear();
         }
     }
 }
@@ -396,5 +487,99 @@ mod tests {
         assert_eq!(answer.content, Some(json!({"name": "John"})));
         let schema = json!({"properties": {"age": {"type": "integer"}}, "required": ["age"]});
         assert_eq!(answer_with_defaults(&schema).action, ElicitationAction::Decline);
+    }
+
+    fn token(n: i64) -> ProgressToken {
+        ProgressToken(rmcp::model::NumberOrString::Number(n))
+    }
+
+    /// A route whose sink keeps the progress values reported to it.
+    fn recording() -> (ProgressRoute, Arc<Mutex<Vec<f64>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = {
+            let seen = seen.clone();
+            ProgressSink::new(move |p| seen.lock().unwrap().push(p.progress))
+        };
+        (ProgressRoute { sink: Some(sink), activity: Arc::default() }, seen)
+    }
+
+    fn report(events: &Events, token: i64, progress: u32) {
+        events.deliver(ProgressNotificationParam::new(self::token(token), f64::from(progress)));
+    }
+
+    /// Reports read between rmcp queuing a request and its call routing them reach the
+    /// call when it does, before the later ones; another call's stay for it, and none is
+    /// kept once no call is sending.
+    #[test]
+    fn reports_before_the_route_reach_the_call_that_sends() {
+        let events = Events::default();
+        let (first, first_seen) = recording();
+        let (second, second_seen) = recording();
+        let sending_first = events.sending();
+        let sending_second = events.sending();
+        report(&events, 1, 1);
+        report(&events, 2, 10);
+        report(&events, 1, 2);
+        sending_first.route(token(1), first);
+        report(&events, 1, 3);
+        assert_eq!(*first_seen.lock().unwrap(), [1.0, 2.0, 3.0]);
+        assert_eq!(events.routed(), (1, 1, 1), "the second call's report waits for it");
+        sending_second.route(token(2), second);
+        assert_eq!(*second_seen.lock().unwrap(), [10.0]);
+        assert_eq!(events.routed(), (2, 0, 0));
+        events.unroute(&token(1));
+        events.unroute(&token(2));
+        // A late report of an ended call, with nobody sending, is not kept.
+        report(&events, 1, 4);
+        assert_eq!(events.routed(), (0, 0, 0));
+        // A request that was never sent keeps nothing after it.
+        let failed = events.sending();
+        report(&events, 3, 1);
+        assert_eq!(events.routed(), (0, 1, 1));
+        drop(failed);
+        assert_eq!(events.routed(), (0, 0, 0));
+    }
+
+    /// Past [`STRAYS_KEPT`] reports waiting for their route, the first ones and the latest
+    /// are kept.
+    #[test]
+    fn a_flood_before_the_route_keeps_its_first_and_latest_reports() {
+        let events = Events::default();
+        let sending = events.sending();
+        let flood = u32::try_from(STRAYS_KEPT).unwrap() + 100;
+        for progress in 1..=flood {
+            report(&events, 1, progress);
+        }
+        let (route, seen) = recording();
+        sending.route(token(1), route);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), STRAYS_KEPT);
+        let kept = u32::try_from(STRAYS_KEPT).unwrap() - 1;
+        let wanted: Vec<f64> = (1..=kept).chain(std::iter::once(flood)).map(f64::from).collect();
+        assert_eq!(seen, wanted);
+    }
+
+    /// A reader thread reporting while the call routes: the call gets every report, in the
+    /// order they were read, whichever moment the route came in.
+    #[test]
+    fn reports_read_while_the_route_comes_in_stay_in_order() {
+        for _ in 0..200 {
+            let events = Arc::new(Events::default());
+            let sending = events.sending();
+            let reader = {
+                let events = events.clone();
+                std::thread::spawn(move || {
+                    for progress in 1..=200 {
+                        report(&events, 1, progress);
+                    }
+                })
+            };
+            let (route, seen) = recording();
+            std::thread::yield_now();
+            sending.route(token(1), route);
+            reader.join().unwrap();
+            let wanted: Vec<f64> = (1..=200).map(f64::from).collect();
+            assert_eq!(*seen.lock().unwrap(), wanted);
+        }
     }
 }

@@ -862,9 +862,13 @@ impl Inner {
         }
         // In flight from before the send: the server may ask its questions at once.
         let flight = self.events.flights.begin(ctx);
+        // So are its reports: rmcp chooses the progress token as it queues the request,
+        // and a server reporting at once can be read before the route below is in.
+        let sending = self.events.sending();
         let handle = match connection.peer.send_cancellable_request(request, options).await {
             Ok(handle) => handle,
             Err(e) => {
+                drop(sending);
                 self.connection_lost().await;
                 return Err(tool_error(self.service_error(connection, "tools/call", e)));
             }
@@ -873,11 +877,12 @@ impl Inner {
         let token = handle.progress_token.clone();
         let mut pending = Pending(Some(handle));
         flight.link(token.clone());
-        self.events.route(
-            token.clone(),
+        // The guard first: the route is taken out however the call ends.
+        let _unroute = Unroute { events: &self.events, token: token.clone() };
+        sending.route(
+            token,
             ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },
         );
-        let _unroute = Unroute { events: &self.events, token };
         let response = async {
             match pending.0.as_mut() {
                 Some(handle) => {
@@ -1521,6 +1526,13 @@ impl ToolProvider for McpProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+    use toolmux_core::ProgressSink;
+
+    /// `f`, given 30 s.
+    async fn within<F: Future>(f: F) -> F::Output {
+        tokio::time::timeout(Duration::from_secs(30), f).await.expect("done within 30 s")
+    }
 
     /// A bad `url` fails when the configuration loads (so `config check` reports it), and
     /// the message does not repeat the URL, which may carry a secret.
@@ -1547,6 +1559,55 @@ mod tests {
         ] {
             McpProvider::new("r", McpServerConfig::remote(kind, url)).expect("a valid URL");
         }
+    }
+
+    /// However a call through rmcp's session ends (an error answer, cancelled, its caller
+    /// gone), its progress route goes with it and no report is left waiting for one. The
+    /// Python SDK server floods reports over a 2026-07-28 connection, which has no lane.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_on_the_session_leaves_no_progress_route_however_it_ends() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let python = root.join("../../.peers/python/venv/bin/python");
+        assert!(python.exists(), "missing test peer mcp (PyPI): run .ci/install-peers");
+        let script = root.join("tests/fixtures/progress_flood_server.py");
+        let config =
+            McpServerConfig::stdio(python.display().to_string(), [script.display().to_string()])
+                .with_base_dir(std::env::temp_dir());
+        let provider = McpProvider::new("py", config).expect("a valid configuration");
+        let tools = within(provider.list_tools()).await.expect("tools");
+        let name = tools.iter().find(|t| t.name.ends_with("flood")).expect("flood").name.clone();
+        assert!(provider.inner.live().is_some_and(|c| c.lane.is_none()), "a session call");
+        let events = provider.inner.events.clone();
+        // Reports start flowing, then the call is cancelled (its sink cancels it).
+        let cancel = CancellationToken::new();
+        let sink = {
+            let cancel = cancel.clone();
+            ProgressSink::new(move |_| cancel.cancel())
+        };
+        let ctx = CallContext::new().with_cancel(cancel).with_progress(sink);
+        let flood = json!({"count": 1_000_000});
+        let err = within(provider.call(&name, flood.clone(), &ctx)).await;
+        assert!(matches!(err, Err(ToolError::Cancelled { .. })), "{err:?}");
+        assert_eq!(events.routed(), (0, 0, 0), "after a cancelled call");
+        // The caller stops waiting in the midst of the flood.
+        let reported = Arc::new(Notify::new());
+        let sink = {
+            let reported = reported.clone();
+            ProgressSink::new(move |_| reported.notify_one())
+        };
+        let ctx = CallContext::new().with_progress(sink);
+        let call = provider.call(&name, flood, &ctx);
+        tokio::select! {
+            ended = call => panic!("the flood ended first: {ended:?}"),
+            () = reported.notified() => {}
+        }
+        assert_eq!(events.routed(), (0, 0, 0), "after a dropped call");
+        // An error answer (the count is no integer).
+        let ctx = CallContext::new().with_progress(ProgressSink::new(|_| {}));
+        let out = within(provider.call(&name, json!({"count": "many"}), &ctx)).await;
+        assert!(out.is_ok_and(|out| out.is_error), "an error answer");
+        assert_eq!(events.routed(), (0, 0, 0), "after an error answer");
+        within(provider.shutdown()).await.expect("shut down");
     }
 
     /// Every call builds its future on the stack and moves it into a box. The paths a call

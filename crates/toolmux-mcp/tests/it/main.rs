@@ -14,6 +14,7 @@ mod http_errors;
 mod oauth_server;
 mod oauth_sse;
 mod passthrough;
+mod progress;
 mod python;
 mod reconnect;
 mod rmcp_peer;
