@@ -1251,8 +1251,18 @@ pub(crate) fn stats(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
         return Ok(0);
     };
     let stats = Stats::default();
+    // What cannot be read is no statistics to show: an error, where a warning was followed
+    // by `no calls recorded yet ... counted in` the very file that could not be read.
     if let Err(e) = stats.load(&path) {
-        eprintln!("warning: {:#}", anyhow::Error::new(e));
+        use toolmux::toolmux_orchestrator::accounting::StatsError;
+        let next = match &e {
+            StatsError::Format { .. } => {
+                "; the next call moves it aside (adding .bad to its name) and counts anew"
+            }
+            _ => "",
+        };
+        let message = format!("{:#}{next}", anyhow::Error::new(e));
+        return Ok(refuse(json, exit::OTHER, &message));
     }
     let snapshot = stats.snapshot();
     if json {

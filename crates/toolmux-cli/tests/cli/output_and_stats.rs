@@ -207,6 +207,41 @@ fn a_damaged_statistics_file_only_warns() {
     assert_eq!(stats["tools"]["fs__grep"]["count"], 1, "{stats}");
 }
 
+/// `stats` of a statistics file it cannot read is an error saying why and what to do (exit
+/// 4, and under `--json` one JSON object), where it warned and then said no calls were
+/// recorded yet and would be counted in the very file it could not read, and exited 0.
+#[test]
+fn statistics_that_cannot_be_read_are_an_error() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "defaults:\n  statsFile: .toolmux/stats.json\nfs: {}\n");
+    let path = project.path().join(".toolmux/stats.json");
+    std::fs::create_dir_all(&path).expect("a folder in the file's place");
+    let run = project.run(&["stats"]);
+    assert_eq!((run.code, run.stdout.as_str()), (4, ""), "{run:?}");
+    assert_eq!(
+        run.stderr.trim(),
+        format!(
+            "error: statistics file {} is a folder, not a regular file; no statistics are kept \
+             while it is there (remove it, or set defaults.statsFile to a regular file's path or \
+             false)",
+            path.display()
+        )
+    );
+    assert!(project.run(&["stats", "--json"]).json_error().contains("is a folder"));
+    std::fs::remove_dir(&path).expect("the folder removed");
+    project.file(".toolmux/stats.json", "{\"version\": 1, \"too");
+    let run = project.run(&["stats"]);
+    assert_eq!(run.code, 4, "{run:?}");
+    assert_eq!(
+        run.stderr.trim(),
+        format!(
+            "error: statistics file {} is not valid: EOF while parsing a string at line 1 column \
+             19; the next call moves it aside (adding .bad to its name) and counts anew",
+            path.display()
+        )
+    );
+}
+
 /// `statsFile: false` keeps no statistics.
 #[test]
 fn statistics_can_be_turned_off() {
