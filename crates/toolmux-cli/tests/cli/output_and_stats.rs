@@ -536,3 +536,24 @@ fn output_show_errors_under_json_are_one_json_object() {
         assert!(message.starts_with(&start), "{args:?}: {message}");
     }
 }
+
+/// On a fresh machine (no output folder yet) and for an output removed since it was stored,
+/// `output show` says there is no such output and where it looked, exit 1; reading it makes
+/// no folder.
+#[test]
+fn outputs_not_there_are_told_plainly() {
+    let project = spilled_project();
+    let dir = project.path().join(".toolmux/out");
+    let run = project.run(&["output", "show", "run-default/out-1"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.starts_with("error: no stored output `run-default/out-1`; looked in"));
+    assert!(!dir.exists(), "reading made the output folder");
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"big.txt"}"#, "--json"]);
+    let result: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    let handle = result["extras"]["spilled"]["handle"].as_str().expect("handle").to_owned();
+    std::fs::remove_file(dir.join(&handle)).expect("the stored output removed");
+    let run = project.run(&["output", "show", &handle]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let expected = format!("error: no stored output `{handle}`; looked in {}", dir.display());
+    assert!(run.stderr.starts_with(&expected), "{run:?}");
+}
