@@ -318,6 +318,39 @@ fn errors_under_json_are_one_json_object_on_stdout() {
     assert_eq!((run.code, run.stdout.as_str()), (2, ""), "{run:?}");
 }
 
+/// A call interrupted under `--json` ends with one JSON object on stdout saying so, with the
+/// exit code of the signal (SIGTERM's 143 here), where stdout was empty.
+#[test]
+fn an_interrupted_call_under_json_says_so_in_json() {
+    let project = project();
+    project.file("toolmux.yaml", "fs:\n  permissions: [read, execute]\n");
+    let child = project
+        .command(&[
+            "tools",
+            "call",
+            "fs__bash",
+            r#"{"command": "echo > begun; sleep 300"}"#,
+            "--json",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("toolmux starts");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !project.path().join("begun").exists() {
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let signalled =
+        std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    assert!(signalled.is_ok_and(|s| s.success()));
+    let run = crate::wait(child, std::time::Duration::from_secs(30));
+    assert_eq!(run.code, 143, "{run:?}");
+    let value: serde_json::Value = serde_json::from_str(&run.stdout).expect("one JSON object");
+    assert_eq!(value, serde_json::json!({"ok": false, "error": "interrupted", "exitCode": 143}));
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let run = project().run(&["tools", "frobnicate"]);
