@@ -109,6 +109,13 @@ pub(crate) async fn nowhere(loaded: &Loaded, name: &str, namespace: Option<&str>
         Some(namespace) => format!("no provider has namespace `{namespace}` ({there})"),
         None => format!("no namespace begins it, as `fs__` begins `fs__read` ({there})"),
     };
+    // An alias is shown with the name it stands for, which is the one wrong.
+    let target = resolved(&loaded.config.aliases, name);
+    let shown = match target == name {
+        true => format!("`{name}`"),
+        false => format!("`{name}` (an alias of `{target}`)"),
+    };
+    let name = target;
     let near = toolmux::toolmux_orchestrator::suggest(names.iter().map(String::as_str), name);
     let hint = match near.first() {
         Some(near) => format!("; did you mean `{near}`?"),
@@ -120,7 +127,7 @@ pub(crate) async fn nowhere(loaded: &Loaded, name: &str, namespace: Option<&str>
             format!("{}; `toolmux tools list` shows every tool's name", closest.unwrap_or_default())
         }
     };
-    format!("unknown tool `{name}`: {why}{hint}")
+    format!("unknown tool {shown}: {why}{hint}")
 }
 
 /// The tool names known without starting a server: the tools of the providers that start

@@ -190,7 +190,7 @@ fn project_with_a_marking_server() -> Project {
     let project = project();
     project.file(
         "toolmux.yaml",
-        "fs: {}\naliases: {first: second, second: fs__read}\nmcpServers:\n  marker:\n    \
+        "fs: {}\naliases: {first: second, second: fs__read, typo: fss__grep}\nmcpServers:\n  marker:\n    \
          command: sh\n    args: ['-c', 'echo started > started.txt']\n",
     );
     project
@@ -213,6 +213,11 @@ fn a_name_of_no_provider_starts_nothing() {
     assert_eq!(envelope["extras"]["code"], "unknown_tool", "{envelope}");
     expect!["unknown tool `nope__x`: no provider has namespace `nope` (the namespaces are `fs`, `marker`, `output`); the closest tool name is `fs__ls`; `toolmux tools list` shows every tool's name"]
         .assert_eq(envelope["error"].as_str().unwrap_or_default());
+    // An alias of such a name says which name it stands for.
+    let run = project.run(&["tools", "call", "typo", "{}"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    expect!["error: unknown tool `typo` (an alias of `fss__grep`): no provider has namespace `fss` (the namespaces are `fs`, `marker`, `output`); did you mean `fs__grep`?"]
+        .assert_eq(run.stderr.trim());
     assert!(!project.path().join("started.txt").exists(), "the server was started");
     let stats = project.run(&["stats", "--json"]);
     let stats: serde_json::Value = serde_json::from_str(stats.ok()).expect("json");
