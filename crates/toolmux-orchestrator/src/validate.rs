@@ -131,6 +131,7 @@ mod tests {
     use expect_test::expect;
     use serde_json::json;
     use std::sync::Arc;
+    use toolmux_test_support::logs::captured_logs;
 
     /// A schema under a meta-schema toolmux does not know is checked as the default draft;
     /// one that refers to a document toolmux does not fetch leaves the arguments to the tool.
@@ -184,47 +185,6 @@ mod tests {
             .assert_eq(&ArgumentValidator::check_schema(&json!(true)).unwrap_err());
     }
 
-    /// The warnings given while `f` runs, as `tool: message` lines.
-    fn warnings(f: impl FnOnce()) -> Vec<String> {
-        use std::sync::Mutex;
-        use tracing::field::{Field, Visit};
-        #[derive(Default)]
-        struct Lines(Arc<Mutex<Vec<String>>>);
-        struct Line(String, String);
-        impl Visit for Line {
-            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-                match field.name() {
-                    "message" => self.1 = format!("{value:?}"),
-                    _ => self.0 = format!("{value:?}"),
-                }
-            }
-            fn record_str(&mut self, field: &Field, value: &str) {
-                self.record_debug(field, &value);
-            }
-        }
-        impl tracing::Subscriber for Lines {
-            fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-                true
-            }
-            fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-                tracing::span::Id::from_u64(1)
-            }
-            fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-            fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-            fn event(&self, event: &tracing::Event<'_>) {
-                let mut line = Line(String::new(), String::new());
-                event.record(&mut line);
-                self.0.lock().unwrap().push(format!("{}: {}", line.0, line.1));
-            }
-            fn enter(&self, _: &tracing::span::Id) {}
-            fn exit(&self, _: &tracing::span::Id) {}
-        }
-        let lines = Lines::default();
-        let seen = lines.0.clone();
-        tracing::subscriber::with_default(lines, f);
-        seen.lock().unwrap().clone()
-    }
-
     /// A tool whose input and output schemas both fail to compile is warned of for each,
     /// once.
     #[test]
@@ -232,20 +192,19 @@ mod tests {
         let broken = Arc::new(json!({"$ref": "https://example.invalid/schema.json"}));
         let input = ArgumentValidator::new(broken.clone());
         let output = ArgumentValidator::new(broken).for_output();
-        let told = warnings(|| {
+        let ((), told) = captured_logs(|| {
             for _ in 0..2 {
                 assert_eq!(input.violations("warned__twice", &json!({}), 3), None);
                 assert_eq!(output.violations("warned__twice", &json!({}), 3), None);
             }
         });
         assert_eq!(told.len(), 2, "{told:#?}");
-        assert!(
-            told[0].starts_with("\"warned__twice\": its input schema does not compile"),
-            "{told:#?}"
-        );
-        assert!(
-            told[1].starts_with("\"warned__twice\": its output schema does not compile"),
-            "{told:#?}"
-        );
+        for (line, role) in told.iter().zip(["input", "output"]) {
+            assert!(
+                line.starts_with(&format!("WARN message=its {role} schema does not compile")),
+                "{told:#?}"
+            );
+            assert!(line.ends_with(r#" tool="warned__twice""#), "{told:#?}");
+        }
     }
 }

@@ -28,6 +28,7 @@
 pub mod blocking;
 pub mod conformance;
 pub mod llm;
+pub mod logs;
 pub mod loopback;
 pub mod mock;
 pub mod otlp;

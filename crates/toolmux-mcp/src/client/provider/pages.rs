@@ -58,43 +58,11 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
-
-    /// A subscriber that keeps each event's fields as text.
-    #[derive(Default)]
-    struct Kept(Arc<Mutex<Vec<String>>>);
-
-    struct Fields<'a>(&'a mut String);
-
-    impl tracing::field::Visit for Fields<'_> {
-        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-            self.0.push_str(&format!("{}={value:?} ", field.name()));
-        }
-    }
-
-    impl tracing::Subscriber for Kept {
-        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-            tracing::span::Id::from_u64(1)
-        }
-        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-        fn event(&self, event: &tracing::Event<'_>) {
-            let mut text = format!("{} ", event.metadata().level());
-            event.record(&mut Fields(&mut text));
-            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(text.trim_end().to_owned());
-        }
-        fn enter(&self, _: &tracing::span::Id) {}
-        fn exit(&self, _: &tracing::span::Id) {}
-    }
+    use toolmux_test_support::logs::captured_logs;
 
     /// What a listing of `next` cursors (one item a page) keeps and warns.
     fn check(next: impl Fn(usize) -> Option<String>, expect: expect_test::Expect) {
-        let kept = Kept::default();
-        let said = kept.0.clone();
-        let items = tracing::subscriber::with_default(kept, || {
+        let (items, said) = captured_logs(|| {
             let pages = std::cell::Cell::new(0);
             let listing = all_pages("srv", "tools/list", |_| {
                 pages.set(pages.get() + 1);
@@ -102,8 +70,7 @@ mod tests {
             });
             futures::executor::block_on(listing).unwrap()
         });
-        let said = said.lock().unwrap_or_else(|e| e.into_inner()).join("\n");
-        expect.assert_eq(&format!("{} items\n{said}", items.len()));
+        expect.assert_eq(&format!("{} items\n{}", items.len(), said.join("\n")));
     }
 
     #[test]
