@@ -104,14 +104,21 @@ fn header_tool(name: &str) -> ToolSpec {
     )
 }
 
-/// A raw stateless (2026-07-28) `tools/call` POST of `tool` with `region` in the body and
-/// `header` in `Mcp-Param-Region`; returns the status and the body.
-async fn stateless_call(url: &str, tool: &str, region: &str, header: &str) -> (u16, String) {
-    let body = json!({
+/// A raw stateless (2026-07-28) `tools/call` POST of `tool` with `arguments`, `meta`'s
+/// entries added to the request's `_meta` and `headers` added to its headers; returns the
+/// status and the body (a JSON answer, or an event stream that [`sse_messages`] reads).
+pub(crate) async fn stateless_post(
+    url: &str,
+    tool: &str,
+    arguments: Value,
+    meta: Value,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let mut body = json!({
         "jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {
             "name": tool,
-            "arguments": {"region": region},
+            "arguments": arguments,
             "_meta": {
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
@@ -119,39 +126,9 @@ async fn stateless_call(url: &str, tool: &str, region: &str, header: &str) -> (u
             }
         }
     });
-    crate::support::install_crypto();
-    let response = within(
-        reqwest::Client::new()
-            .post(url)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", tool)
-            .header("mcp-param-region", header)
-            .body(body.to_string())
-            .send(),
-    )
-    .await
-    .expect("response");
-    let status = response.status().as_u16();
-    (status, within(response.text()).await.expect("body"))
-}
-
-/// The text a raw stateless (2026-07-28) `tools/call` of `tool` (no arguments) returns,
-/// with `key` as the bearer token when given.
-async fn stateless_text(url: &str, tool: &str, key: Option<&str>) -> String {
-    let body = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {
-            "name": tool,
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
-                "io.modelcontextprotocol/clientCapabilities": {}
-            }
-        }
-    });
+    for (key, value) in meta.as_object().expect("_meta entries as an object") {
+        body["params"]["_meta"][key] = value.clone();
+    }
     crate::support::install_crypto();
     let mut request = reqwest::Client::new()
         .post(url)
@@ -160,14 +137,41 @@ async fn stateless_text(url: &str, tool: &str, key: Option<&str>) -> String {
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "tools/call")
         .header("mcp-name", tool);
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
     }
     let response = within(request.body(body.to_string()).send()).await.expect("response");
-    let text = within(response.text()).await.expect("body");
-    // A JSON body, or the last `data:` line of an event stream.
-    let json = text.lines().rev().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text);
-    let answer: Value = serde_json::from_str(json.trim()).expect("a JSON-RPC answer");
+    let status = response.status().as_u16();
+    (status, within(response.text()).await.expect("body"))
+}
+
+/// The JSON messages of an event stream's `data:` lines, in order (a priming event's empty
+/// data is none).
+pub(crate) fn sse_messages(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter(|data| !data.trim().is_empty())
+        .map(|data| serde_json::from_str(data.trim()).expect("JSON data"))
+        .collect()
+}
+
+/// A raw stateless `tools/call` POST of `tool` with `region` in the body and `header` in
+/// `Mcp-Param-Region`; returns the status and the body.
+async fn stateless_call(url: &str, tool: &str, region: &str, header: &str) -> (u16, String) {
+    let arguments = json!({"region": region});
+    stateless_post(url, tool, arguments, json!({}), &[("mcp-param-region", header)]).await
+}
+
+/// The text a raw stateless `tools/call` of `tool` (no arguments) returns, with `key` as
+/// the bearer token when given.
+async fn stateless_text(url: &str, tool: &str, key: Option<&str>) -> String {
+    let bearer = key.map(|key| format!("Bearer {key}"));
+    let headers: Vec<_> = bearer.iter().map(|b| ("authorization", b.as_str())).collect();
+    let (_, text) = stateless_post(url, tool, json!({}), json!({}), &headers).await;
+    // A JSON body, or the last message of an event stream.
+    let answer = sse_messages(&text)
+        .pop()
+        .unwrap_or_else(|| serde_json::from_str(&text).expect("a JSON-RPC answer"));
     answer["result"]["content"][0]["text"].as_str().expect("a text result").to_owned()
 }
 

@@ -3,6 +3,7 @@
 //! rising, the last one sent before the result, over stdio (both paths) and HTTP, and to the
 //! HTTP API's `GET /api/events`.
 
+use crate::http::{sse_messages, stateless_post};
 use crate::stdio::RawClient;
 use crate::support::{HttpServer, install_crypto, peer, socket_pair, within};
 use serde_json::{Value, json};
@@ -63,6 +64,12 @@ fn check_coalesced(messages: &[Value], token: &str, id: &Value) {
         .collect();
     let after = messages[answer + 1..].iter().filter(|m| m["method"] == "notifications/progress");
     assert_eq!(after.count(), 0, "no progress after the result");
+    check_reports(&reported);
+}
+
+/// Checks the progress values a client got of one flooded call: a few, rising, the final
+/// one among them.
+fn check_reports(reported: &[f64]) {
     assert!(!reported.is_empty(), "progress reached the client");
     assert!(
         (reported.len() as u64) < FLOOD / 20,
@@ -107,41 +114,11 @@ async fn a_progress_flood_reaches_a_stdio_client_coalesced() {
 async fn a_progress_flood_reaches_an_http_client_coalesced() {
     let (provider, name) = flood_provider().await;
     let server = HttpServer::start(provider.clone(), ServeOptions::default()).await;
-    let body = json!({
-        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
-        "params": {
-            "name": name,
-            "arguments": {"count": FLOOD},
-            "_meta": {
-                "progressToken": "h",
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
-                "io.modelcontextprotocol/clientCapabilities": {}
-            }
-        }
-    });
-    install_crypto();
-    let response = within(
-        reqwest::Client::new()
-            .post(server.url())
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", &name)
-            .body(body.to_string())
-            .send(),
-    )
-    .await
-    .expect("response");
-    assert_eq!(response.status().as_u16(), 200);
-    let text = within(response.text()).await.expect("body");
-    let messages: Vec<Value> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter(|data| !data.trim().is_empty())
-        .map(|data| serde_json::from_str(data.trim()).expect("a JSON-RPC message"))
-        .collect();
+    let arguments = json!({"count": FLOOD});
+    let meta = json!({"progressToken": "h"});
+    let (status, text) = stateless_post(&server.url(), &name, arguments, meta, &[]).await;
+    assert_eq!(status, 200, "{text}");
+    let messages = sse_messages(&text);
     check_coalesced(&messages, "h", &json!(7));
     server.shutdown.cancel();
     provider.shutdown().await.unwrap();
@@ -226,22 +203,11 @@ async fn a_progress_flood_reaches_the_http_api_s_events_coalesced() {
         text.push_str(std::str::from_utf8(&chunk).unwrap());
     }
     let names: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
-    let reported: Vec<f64> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(|data| serde_json::from_str::<Value>(data).unwrap())
-        .filter_map(|data| data["progress"].as_f64())
-        .collect();
+    let reported: Vec<f64> =
+        sse_messages(&text).iter().filter_map(|data| data["progress"].as_f64()).collect();
     assert_eq!(names.first(), Some(&"tool.started"), "{text}");
     assert_eq!(names.last(), Some(&"tool.done"), "the end comes last: {text}");
-    assert!(!reported.is_empty(), "progress reached the stream");
-    assert!(
-        (reported.len() as u64) < FLOOD / 20,
-        "{} of {FLOOD} reports were sent, not coalesced",
-        reported.len()
-    );
-    assert!(reported.windows(2).all(|w| w[0] < w[1]), "progress rises: {reported:?}");
-    assert_eq!(reported.last().copied(), Some(FLOOD as f64), "the final report is sent");
+    check_reports(&reported);
     server.shutdown.cancel();
     provider.shutdown().await.unwrap();
 }
