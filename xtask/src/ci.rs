@@ -154,39 +154,45 @@ fn cargo_step<'a>(root: &'a Path, name: &'static str, args: &'a [&'a str]) -> St
 /// (the workspace's own builds enable them all together, which hides code gated by the
 /// wrong feature); its unit tests pass with the providers but not `external`.
 fn features(root: &Path) -> Result<Outcome> {
-    const FEATURES: [&str; 9] =
-        ["", "fs", "mcp", "rest", "external", "agent", "redis", "otel", "tower"];
-    for feature in FEATURES {
-        let mut check = cmd::command("cargo");
-        check.current_dir(root).args([
-            "check",
-            "--locked",
-            "-p",
-            "toolmux",
-            "--no-default-features",
-        ]);
-        if !feature.is_empty() {
-            check.args(["--features", feature]);
-        }
-        cmd::run(&mut check)?;
+    for mut command in feature_commands(root) {
+        cmd::run(&mut command)?;
     }
-    // The facade's unit tests load files with every provider's section; run once without
-    // `external` (which owns `externalTools`, `spaces` and their defaults), they catch a
-    // test that assumes the workspace's all-features build. One build more, not one per
-    // feature.
-    let mut tests = cmd::command("cargo");
-    tests.current_dir(root).args([
-        "test",
-        "--locked",
-        "-p",
-        "toolmux",
-        "--no-default-features",
-        "--features",
-        "fs,mcp,rest,agent",
-        "--lib",
-    ]);
-    cmd::run(&mut tests)?;
     Ok(Outcome::Passed)
+}
+
+/// The runs of [`features`], in order: `cargo check` of the facade without its default
+/// features, then with each alone, then its unit tests once with the providers. The facade's
+/// unit tests load files with every provider's section; run without `external` (which owns
+/// `externalTools`, `spaces` and their defaults), they catch a test that assumes the
+/// workspace's all-features build. One build more, not one per feature.
+fn feature_commands(root: &Path) -> Vec<Command> {
+    const RUNS: [(&[&str], &str); 10] = [
+        (&["check"], ""),
+        (&["check"], "fs"),
+        (&["check"], "mcp"),
+        (&["check"], "rest"),
+        (&["check"], "external"),
+        (&["check"], "agent"),
+        (&["check"], "redis"),
+        (&["check"], "otel"),
+        (&["check"], "tower"),
+        (&["test", "--lib"], "fs,mcp,rest,agent"),
+    ];
+    RUNS.iter()
+        .map(|(verb, features)| {
+            let mut command = cmd::command("cargo");
+            command.current_dir(root).args(*verb).args([
+                "--locked",
+                "-p",
+                "toolmux",
+                "--no-default-features",
+            ]);
+            if !features.is_empty() {
+                command.args(["--features", features]);
+            }
+            command
+        })
+        .collect()
 }
 
 fn cargo_deny(root: &Path, install_tools: bool) -> Result<Outcome> {
@@ -289,3 +295,6 @@ fn print_summary(summary: &[String], total: Duration) {
 fn seconds(duration: Duration) -> String {
     format!("{:.1}s", duration.as_secs_f64())
 }
+
+#[cfg(test)]
+mod tests;
