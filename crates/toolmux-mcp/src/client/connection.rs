@@ -606,7 +606,7 @@ where
             legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
         },
     };
-    let transport = crate::transport::Ordered::new(transport.into_transport());
+    let transport = crate::transport::Ordered::new(handler.tapped(transport.into_transport()));
     handler.serve_with_lifecycle(transport, lifecycle).await.map_err(|e| {
         // What the pumps saw (an exit status, garbage) explains more than rmcp's error.
         match fault.get() {

@@ -6,6 +6,7 @@
 // handshake revision still use them.
 #![expect(deprecated, reason = "sampling, roots and logging of the handshake revisions")]
 
+use rmcp::model::JsonRpcMessage;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
     CustomNotification, ElicitRequestParams, ElicitResult, ElicitationAction,
@@ -14,7 +15,8 @@ use rmcp::model::{
     ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability, ServerNotification,
     UrlElicitationCapability,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 use rmcp::{ClientHandler, ErrorData, RoleClient};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
@@ -256,6 +258,56 @@ pub(crate) struct Handler {
 impl Handler {
     pub(crate) fn new(server: &str, events: Arc<Events>, elicitation_defaults: bool) -> Handler {
         Handler { server: server.into(), events, elicitation_defaults }
+    }
+}
+
+impl Handler {
+    /// `transport` with the progress reports and log lines it receives handed to their
+    /// calls as they are read, as a stdio connection's reader does: rmcp would handle
+    /// each in a task of its own, and those run in any order (a flood over HTTP reached
+    /// its call shuffled), some perhaps after the call's result.
+    pub(crate) fn tapped<T>(&self, transport: T) -> Tapped<T> {
+        Tapped { inner: transport, server: self.server.clone(), events: self.events.clone() }
+    }
+}
+
+/// A transport whose progress reports and log lines go to their calls ([`Handler::tapped`]).
+#[derive(Debug)]
+pub(crate) struct Tapped<T> {
+    inner: T,
+    server: Arc<str>,
+    events: Arc<Events>,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    /// Cancel-safe as the inner transport is: a message is handled once received.
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            match self.inner.receive().await? {
+                JsonRpcMessage::Notification(mut notification) => {
+                    let Some(other) = self.events.tap(&self.server, notification.notification)
+                    else {
+                        continue;
+                    };
+                    notification.notification = other;
+                    return Some(JsonRpcMessage::Notification(notification));
+                }
+                other => return Some(other),
+            }
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }
 

@@ -20,7 +20,7 @@ fn recording() -> (CallContext, Arc<Mutex<Vec<f64>>>) {
     (CallContext::new().with_progress(sink), seen)
 }
 
-/// Checks that `seen` is 1 to `count`, naming the first reports missing if not.
+/// Checks that `seen` is 1 to `count`, naming the first reports missing or out of order.
 fn check_whole(seen: &[f64], count: u64, round: usize) {
     let wanted: Vec<f64> = (1..=count).map(|i| i as f64).collect();
     let missing: Vec<f64> = wanted.iter().copied().filter(|w| !seen.contains(w)).collect();
@@ -30,7 +30,10 @@ fn check_whole(seen: &[f64], count: u64, round: usize) {
         seen.len(),
         &missing[..missing.len().min(20)]
     );
-    assert_eq!(seen, wanted, "round {round}: in order");
+    if let Some(at) = seen.iter().zip(&wanted).position(|(s, w)| s != w) {
+        let shown = &seen[at.saturating_sub(2)..(at + 8).min(seen.len())];
+        panic!("round {round}: report {} is out of order: {shown:?}", at + 1);
+    }
 }
 
 /// On the direct lane of a stdio connection (the fixture speaks 2025-11-25), each call
@@ -64,6 +67,32 @@ async fn every_report_of_a_flood_reaches_a_call_on_the_session() {
     let tools = provider.list_tools().await.unwrap();
     let name = tools.iter().find(|t| t.name.ends_with("flood")).unwrap().name.clone();
     assert_eq!(provider.protocol_version().as_deref(), Some("2026-07-28"));
+    for round in 0..5 {
+        let (ctx, seen) = recording();
+        let out = provider.call(&name, json!({"count": 2000}), &ctx).await.unwrap();
+        assert_eq!(out.to_text(), "flooded 2000");
+        check_whole(&seen.lock().unwrap(), 2000, round);
+    }
+    provider.shutdown().await.unwrap();
+}
+
+/// Over streamable HTTP (the Python SDK's, 2026-07-28), a call's reports come on the
+/// response's event stream, and rmcp hands each to the client's handler in a task of its
+/// own: they still reach the call whole and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_report_of_a_flood_reaches_a_call_over_http() {
+    let port = support::free_port();
+    let script = support::fixture("progress_flood_server.py").display().to_string();
+    let server = support::ServerProcess::start(
+        &support::python().display().to_string(),
+        &[script, "http".into(), port.to_string()],
+        port,
+    );
+    let config =
+        McpServerConfig::remote(toolmux_mcp::TransportKind::Http, format!("{}/mcp", server.base));
+    let provider = McpProvider::new("py", config).unwrap();
+    let tools = provider.list_tools().await.unwrap();
+    let name = tools.iter().find(|t| t.name.ends_with("flood")).unwrap().name.clone();
     for round in 0..5 {
         let (ctx, seen) = recording();
         let out = provider.call(&name, json!({"count": 2000}), &ctx).await.unwrap();
