@@ -8,12 +8,13 @@
 //! Benchmarks are only type-checked here, never run: speed targets live in benchmark tables,
 //! not in timed tests. Besides the workspace's own bench targets, every
 //! `benchmarks/*/Cargo.toml` is a workspace of its own (so the peers measured against stay
-//! out of the product's Cargo.lock) and is built too.
+//! out of the product's Cargo.lock) and is built too, last; its lock file is checked early,
+//! right after fmt, so that a stale one fails CI in seconds rather than at the end.
 
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
@@ -49,6 +50,13 @@ pub(crate) fn run(root: &Path, options: &CiOptions) -> Result<()> {
     };
     let steps = vec![
         cargo_step(root, "fmt", &["fmt", "--all", "--", "--check"]),
+        Step {
+            name: "bench locks",
+            what: "cargo tree --locked --offline for each benchmarks/* workspace (online when \
+                   its dependencies are not cached yet)"
+                .into(),
+            action: Box::new(|| bench_locks(root)),
+        },
         cargo_step(
             root,
             "clippy",
@@ -213,6 +221,60 @@ fn cargo_deny(root: &Path, install_tools: bool) -> Result<Outcome> {
     let mut check = cmd::command("cargo");
     check.current_dir(root).args(["deny", "--locked", "check", "bans", "licenses", "sources"]);
     cmd::run(&mut check).map(|()| Outcome::Passed)
+}
+
+/// Checks, before the long steps, that every benchmark workspace's Cargo.lock still holds
+/// what its manifests ask for: the bench build at the end runs `--locked`, and a dependency
+/// added to a workspace crate that a benchmark uses, without its lock file updated, failed
+/// CI only there.
+fn bench_locks(root: &Path) -> Result<Outcome> {
+    let manifests = bench_workspaces(root)?;
+    if manifests.is_empty() {
+        return Ok(Outcome::Skipped("no benchmark workspace under benchmarks/".into()));
+    }
+    for manifest in manifests {
+        // Offline first: resolving from what cargo has cached takes a second and downloads
+        // nothing. It also fails where the cache lacks the benchmark's own dependencies (a
+        // fresh machine has only the workspace's), so a failure is asked again online,
+        // which tells a stale lock file from a missing download and fetches what the bench
+        // build would fetch anyway.
+        if cmd::succeeds(&mut lock_check(root, &manifest, Network::Offline)) {
+            continue;
+        }
+        let mut online = lock_check(root, &manifest, Network::Online);
+        eprintln!("{}", cmd::display(&online));
+        let lock = manifest.with_file_name("Cargo.lock");
+        cmd::run(&mut online).with_context(|| {
+            format!(
+                "{} does not hold what {} asks for, or cargo could not resolve it (its error \
+                 above says which); if it is stale, run `cargo update --workspace \
+                 --manifest-path {}` and commit the lock file",
+                lock.display(),
+                manifest.display(),
+                manifest.display()
+            )
+        })?;
+    }
+    Ok(Outcome::Passed)
+}
+
+/// Whether a cargo command may use the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Network {
+    Offline,
+    Online,
+}
+
+/// `cargo tree --locked` of the benchmark workspace `manifest`, its tree discarded: it
+/// fails when the lock file would have to change.
+fn lock_check(root: &Path, manifest: &Path, network: Network) -> Command {
+    let mut command = cmd::command("cargo");
+    command.current_dir(root).args(["tree", "--locked"]);
+    if network == Network::Offline {
+        command.arg("--offline");
+    }
+    command.arg("--manifest-path").arg(manifest).stdout(Stdio::null());
+    command
 }
 
 /// Type-checks the benchmark workspaces. The workspace's own bench targets are already

@@ -24,7 +24,8 @@ usage: cargo xtask <command> [options]
 commands:
   codegen [--check]      write every generated file; with --check, fail listing the stale ones
   tidy                   check `//!` lines, forbidden test/debug macros and the crate layering
-  ci [--install-tools]   fmt, clippy, tests, doctests, codegen --check, tidy, cargo deny, bench build;
+  ci [--install-tools]   fmt, bench locks, clippy, tests, doctests, codegen --check, tidy,
+                         cargo deny, features, bench build;
                          --install-tools (or CI=true) lets it `cargo install` a missing cargo-deny
   bench [ARGS...]        cargo bench [ARGS...] in the workspace and each benchmarks/*/ workspace;
                          BENCHMARKS.md is updated by hand from its output

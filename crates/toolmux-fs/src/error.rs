@@ -288,16 +288,15 @@ impl FsError {
             }
             // A path that names nothing usable, as an empty one or one with a NUL
             // (`InvalidArguments`): the caller's mistake to correct, not the tool failing.
+            // A path that names a file the tool may not use as it is (read-only, a FIFO, one
+            // the system refuses, binary, changed while written) is not among them: the
+            // arguments are right and the file is the problem, so it falls to the plain tool
+            // error below, which does not say "invalid arguments ... at /".
             FsError::FileInPath { .. }
             | FsError::FileWithSlash { .. }
-            | FsError::ReadOnly { .. }
             | FsError::NotFound { .. }
             | FsError::IsDirectory { .. }
-            | FsError::NotDirectory { .. }
-            | FsError::NotRegularFile { .. }
-            | FsError::PermissionDenied { .. } => {
-                ToolError::invalid_arguments(tool, self.to_string())
-            }
+            | FsError::NotDirectory { .. } => ToolError::invalid_arguments(tool, self.to_string()),
             FsError::Disabled { .. }
             | FsError::OutsideRoot { .. }
             | FsError::Protected { .. }
@@ -407,7 +406,31 @@ mod tests {
         check(
             FsError::from_io("a", io::Error::from(io::ErrorKind::PermissionDenied)),
             expect![
-                "invalid arguments for `fs__read`: at /: permission denied on `a`: its owner, mode or attributes keep the file tools from it; choose another path, or ask the user to change its permissions [invalid_arguments]"
+                "permission denied on `a`: its owner, mode or attributes keep the file tools from it; choose another path, or ask the user to change its permissions [remote]"
+            ],
+        );
+        check(
+            FsError::ReadOnly { path: "x".into(), mode: 0o444 },
+            expect![
+                "`x` is read-only (mode 0444); change its mode first (`chmod u+w`) if it is meant to be changed, then try again [remote]"
+            ],
+        );
+        check(
+            FsError::NotRegularFile { path: "pipe".into() },
+            expect![
+                "`pipe` is not a regular file (a FIFO, socket or device); refusing to open it [remote]"
+            ],
+        );
+        check(
+            FsError::PathChanged { path: "a/b".into() },
+            expect![
+                "the path `a/b` changed while it was being written (a folder in it was replaced, by a symlink or otherwise): nothing was written; try again [remote]"
+            ],
+        );
+        check(
+            FsError::Binary { path: "a.bin".into() },
+            expect![
+                "`a.bin` is a binary file (it contains NUL bytes); it cannot be shown as text, inspect it with `bash` tools such as `file` or `xxd` if allowed [remote]"
             ],
         );
         check(

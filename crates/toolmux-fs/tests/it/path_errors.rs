@@ -1,6 +1,7 @@
 //! A path that names nothing usable (missing, a folder where a file is needed, a file where
-//! a folder is, one the system refuses) is the caller's invalid argument, with a message
-//! saying what to do: never a failure of the tool.
+//! a folder is) is the caller's invalid argument, with a message saying what to do; a path
+//! that names a file the tools may not use as it is (one the system refuses, a FIFO) is a
+//! plain tool error saying so, not framed as invalid arguments, since the arguments are right.
 
 use crate::Fixture;
 use expect_test::{Expect, expect};
@@ -10,8 +11,18 @@ use toolmux_fs::FsConfig;
 
 /// Calls `tool`, which must fail with invalid arguments, and checks its report.
 async fn check(fx: &Fixture, tool: &str, args: Value, expect: Expect) {
+    check_code(fx, tool, args, "invalid_arguments", expect).await;
+}
+
+/// Calls `tool`, which must fail with a plain tool error about the file, and checks its
+/// report.
+async fn check_file(fx: &Fixture, tool: &str, args: Value, expect: Expect) {
+    check_code(fx, tool, args, "remote", expect).await;
+}
+
+async fn check_code(fx: &Fixture, tool: &str, args: Value, code: &str, expect: Expect) {
     let err = fx.call(tool, args).await.unwrap_err();
-    assert_eq!(err.code(), "invalid_arguments", "{tool}: {}", err.report());
+    assert_eq!(err.code(), code, "{tool}: {}", err.report());
     expect.assert_eq(&err.report());
 }
 
@@ -165,18 +176,18 @@ async fn permission_denied_names_the_path_and_what_to_do() {
     let _file = Immutable::new(&file);
     let _folder = Immutable::new(&fx.root().join("frozen"));
     fx.ok("read", json!({"path": "locked.txt"})).await;
-    check(
+    check_file(
         &fx,
         "write",
         json!({"path": "locked.txt", "content": "new\n"}),
-        expect!["invalid arguments for `fs__write`: at /: permission denied on `locked.txt`: its owner, mode or attributes keep the file tools from it; choose another path, or ask the user to change its permissions"],
+        expect!["permission denied on `locked.txt`: its owner, mode or attributes keep the file tools from it; choose another path, or ask the user to change its permissions"],
     )
     .await;
-    check(
+    check_file(
         &fx,
         "write",
         json!({"path": "frozen/b.txt", "content": "b\n"}),
-        expect!["invalid arguments for `fs__write`: at /: permission denied on `frozen/b.txt`: its owner, mode or attributes keep the file tools from it; choose another path, or ask the user to change its permissions"],
+        expect!["permission denied on `frozen/b.txt`: its owner, mode or attributes keep the file tools from it; choose another path, or ask the user to change its permissions"],
     )
     .await;
     assert_eq!(fx.get("locked.txt"), "old\n");
@@ -190,11 +201,11 @@ async fn a_fifo_is_not_written_and_not_sent_to_read() {
     let fx = Fixture::new();
     let made = std::process::Command::new("mkfifo").arg(fx.root().join("pipe")).status();
     assert!(made.expect("mkfifo runs").success());
-    check(
+    check_file(
         &fx,
         "write",
         json!({"path": "pipe", "content": "x"}),
-        expect!["invalid arguments for `fs__write`: at /: `pipe` is not a regular file (a FIFO, socket or device); refusing to open it"],
+        expect!["`pipe` is not a regular file (a FIFO, socket or device); refusing to open it"],
     )
     .await;
 }

@@ -199,12 +199,10 @@ async fn undo_does_not_remove_a_file_made_read_only_since() {
     let path = fx.root().join("new.txt");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
     let err = fx.err("undo", json!({})).await;
-    assert!(
-        err.ends_with(
-            "`new.txt` is read-only (mode 0444); change its mode first (`chmod u+w`) if it is \
-             meant to be changed, then try again"
-        ),
-        "{err}"
+    assert_eq!(
+        err,
+        "`new.txt` is read-only (mode 0444); change its mode first (`chmod u+w`) if it is \
+         meant to be changed, then try again"
     );
     assert_eq!(fx.get("new.txt"), "fresh\n");
     // Its write bit back, the change is still there to undo.
