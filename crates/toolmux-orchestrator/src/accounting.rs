@@ -679,7 +679,9 @@ const STATS_MAX_BYTES: u64 = 128 << 20;
 
 /// The statistics in `path`; `None` when there is no such file.
 fn read_snapshot(path: &Path) -> Result<Option<StatsSnapshot>, StatsError> {
-    let bytes = match toolmux_core::regular::read_regular(path, STATS_MAX_BYTES) {
+    // A link is refused, not followed: the file is replaced by renaming over it, so one
+    // followed to read would be the file read but not the one written.
+    let bytes = match crate::files::read_regular(path, STATS_MAX_BYTES) {
         Ok(bytes) => bytes,
         Err(Opened::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(Opened::NotRegular(kind)) => {
@@ -708,8 +710,10 @@ fn read_snapshot(path: &Path) -> Result<Option<StatsSnapshot>, StatsError> {
 pub(crate) type Opened = toolmux_core::regular::RegularError;
 
 /// Opens `path` as `options` say, refusing anything but a regular file, without waiting
-/// (`O_NONBLOCK`): opening a FIFO waits for its other end, for ever if none comes.
-pub(crate) use toolmux_core::regular::open_regular;
+/// (`O_NONBLOCK`): opening a FIFO waits for its other end, for ever if none comes. A
+/// symbolic link is refused too: the lock file and the audit log are never written
+/// through one (a link to nothing would even be followed to create what it names).
+pub(crate) use crate::files::open_regular;
 
 /// `path` with `suffix` added to its file name.
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
@@ -1111,6 +1115,74 @@ mod tests {
         assert_eq!(lock, dir.path().join("stats.json.lock"));
         assert_eq!(source.to_string(), "it is a FIFO (named pipe), not a regular file");
         assert!(!path.exists());
+    }
+
+    /// A file elsewhere, with statistics of its own, and a link to it planted in place of
+    /// the statistics file: neither read through nor written through, and left a link.
+    #[test]
+    fn a_link_as_statistics_file_is_refused_and_left_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere.json");
+        let theirs = r#"{"version":1,"tools":{"x__y":{"count":1,"ok":1,"failed":0,
+            "totalLatencyMs":1.0,"p50Ms":1.0,"p95Ms":1.0,"histogram":{"40":1}}}}"#;
+        std::fs::write(&elsewhere, theirs).unwrap();
+        let path = dir.path().join("stats.json");
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        let stats = Stats::default();
+        let loaded = stats.load(&path);
+        stats.of("a__b").record(true, 1_000);
+        let saved = stats.save(&path);
+        for result in [loaded, saved] {
+            let message = result.map_err(|e| e.to_string()).expect_err("a link is refused");
+            assert!(message.contains(&path.display().to_string()), "{message}");
+            assert!(message.contains("is a symbolic link, not a regular file"), "{message}");
+        }
+        assert!(!stats.snapshot().tools.contains_key("x__y"), "not read through");
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), theirs, "not written through");
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink(), "left as it is");
+        assert!(!dir.path().join("stats.json.bad").exists(), "not moved aside");
+    }
+
+    /// A link to nothing in place of the lock file is not followed to create what it
+    /// names.
+    #[test]
+    fn a_link_as_the_lock_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        let made = dir.path().join("made");
+        std::os::unix::fs::symlink(&made, dir.path().join("stats.json.lock")).unwrap();
+        let stats = Stats::default();
+        stats.of("a__b").record(true, 1_000);
+        let saved = stats.save(&path);
+        let message = saved
+            .map_err(|e| format!("{e}: {}", std::error::Error::source(&e).unwrap()))
+            .unwrap_err();
+        assert!(message.contains("stats.json.lock"), "{message}");
+        assert!(message.ends_with("it is a symbolic link, not a regular file"), "{message}");
+        assert!(!made.exists(), "the link's target was made");
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_link_as_audit_log_is_refused_not_appended_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("profile");
+        std::fs::write(&elsewhere, "PATH=/usr/bin\n").unwrap();
+        let path = dir.path().join("audit.jsonl");
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        let opened = AuditLog::open(&path).map(|log| {
+            log.write(record(1, "a__b"));
+            log.close();
+        });
+        let Err(e) = opened else { panic!("a link is no audit log") };
+        assert_eq!(e.path, path);
+        assert_eq!(e.source.to_string(), "it is a symbolic link, not a regular file");
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "PATH=/usr/bin\n");
+        // Nor is a link to nothing followed to make the file it names.
+        let dangling = dir.path().join("dangling.jsonl");
+        std::os::unix::fs::symlink(dir.path().join("made"), &dangling).unwrap();
+        assert!(AuditLog::open(&dangling).is_err());
+        assert!(!dir.path().join("made").exists());
     }
 
     #[test]

@@ -104,6 +104,7 @@ pub mod cache;
 mod catalog;
 mod config;
 mod events;
+mod files;
 mod glob;
 mod hooks;
 mod inflight;

@@ -56,6 +56,22 @@ pub enum StoreError {
         /// What went wrong.
         message: String,
     },
+    /// What the store found where it keeps an output, or a run's folder of outputs, is
+    /// not what it makes there: a symbolic link (planted to lead anywhere), a FIFO, a
+    /// device, a folder. Nothing is read or written through it.
+    #[error(
+        "output store at {path}: it is {kind}, where the store keeps {expected}; the store \
+         reads and writes through no links, FIFOs or devices, so remove it (nothing toolmux \
+         stores is one)"
+    )]
+    NotRegular {
+        /// The entry.
+        path: PathBuf,
+        /// What it is, in words (`a symbolic link`).
+        kind: &'static str,
+        /// What the store keeps there (`a regular file`, `a folder`).
+        expected: &'static str,
+    },
     /// Reading or writing failed.
     #[error("output store at {path}")]
     Io {
@@ -403,6 +419,127 @@ fn sweep_older(root: &Path, retention: Duration) -> Result<usize, StoreError> {
     Ok(removed)
 }
 
+/// Why an output could not be read or written beneath the store's root, and where.
+#[derive(Debug)]
+enum Beneath {
+    /// The root, or the run's folder, could not be opened or made.
+    Run(std::io::Error),
+    /// The run's folder is a symbolic link or no folder: what it is.
+    RunNotFolder(&'static str),
+    /// The output's file could not be opened, read or written.
+    File(std::io::Error),
+    /// The output's file is a symbolic link or no regular file: what it is.
+    FileNotRegular(&'static str),
+}
+
+impl Beneath {
+    /// The store's error, naming `dir`, the run's folder, or `file`, the output's file.
+    fn into_store_error(self, dir: &Path, file: &Path) -> StoreError {
+        match self {
+            Beneath::Run(source) => StoreError::Io { path: dir.to_owned(), source },
+            Beneath::File(source) => StoreError::Io { path: file.to_owned(), source },
+            Beneath::RunNotFolder(kind) => {
+                StoreError::NotRegular { path: dir.to_owned(), kind, expected: "a folder" }
+            }
+            Beneath::FileNotRegular(kind) => {
+                StoreError::NotRegular { path: file.to_owned(), kind, expected: "a regular file" }
+            }
+        }
+    }
+}
+
+/// The folder of run `run` under `root`, opened without following a link: the root is the
+/// configured folder (a link there is the user's choice), what is beneath it is the store's.
+fn run_folder(root: &Path, run: &str) -> Result<std::os::fd::OwnedFd, Beneath> {
+    use rustix::fs::{Mode, OFlags};
+    let root =
+        rustix::fs::open(root, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| Beneath::Run(e.into()))?;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::openat(&root, run, flags, Mode::empty()).map_err(|e| {
+        // ELOOP for a link, ENOTDIR for a file: said as what it is.
+        match crate::files::kind_at(&root, run) {
+            Some(kind) if kind != "a folder" => Beneath::RunNotFolder(kind),
+            None if e != rustix::io::Errno::NOENT => Beneath::RunNotFolder("a regular file"),
+            _ => Beneath::Run(e.into()),
+        }
+    })
+}
+
+/// Opens output `id` of run `run` under `root` to read, following no link at the run's
+/// folder or the file, and refusing anything but a regular file: a FIFO would hold the
+/// reading thread for ever, a device is never opened (its type is asked first).
+fn open_beneath(root: &Path, run: &str, id: &str) -> Result<std::fs::File, Beneath> {
+    use rustix::fs::{Mode, OFlags};
+    let folder = run_folder(root, run)?;
+    if let Some(kind) = crate::files::kind_at(&folder, id) {
+        return Err(Beneath::FileNotRegular(kind));
+    }
+    let flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let file = rustix::fs::openat(&folder, id, flags, Mode::empty()).map_err(|e| {
+        match crate::files::kind_at(&folder, id) {
+            Some(kind) => Beneath::FileNotRegular(kind),
+            None => Beneath::File(e.into()),
+        }
+    })?;
+    let file = std::fs::File::from(file);
+    // Put in the name's place between the question and the opening.
+    let meta = file.metadata().map_err(Beneath::File)?;
+    if !meta.is_file() {
+        return Err(Beneath::FileNotRegular(crate::files::kind_of(meta.file_type())));
+    }
+    Ok(file)
+}
+
+/// Writes output `id` of run `run` under `root` whole: a temporary file beside it, made new
+/// (`O_EXCL | O_NOFOLLOW`, mode 0600) and renamed to its name, in the run's folder opened
+/// without following a link; a reader never sees half a file, and a link planted where the
+/// run's folder or the file would be is never written through.
+fn write_beneath(root: &Path, run: &str, id: &str, content: &[u8]) -> Result<(), Beneath> {
+    use rustix::fs::{Mode, OFlags};
+    use std::io::Write as _;
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root).map_err(Beneath::Run)?;
+    {
+        let root = rustix::fs::open(
+            root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Beneath::Run(e.into()))?;
+        match rustix::fs::mkdirat(&root, run, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(Beneath::Run(e.into())),
+        }
+    }
+    let folder = run_folder(root, run)?;
+    // Starts with `.out-`, as the sweep looks for.
+    let temporary = format!(".{id}.tmp");
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let made = rustix::fs::openat(&folder, temporary.as_str(), flags, Mode::from_raw_mode(0o600))
+        .map_err(|e| match crate::files::kind_at(&folder, &temporary) {
+        Some(kind) => Beneath::FileNotRegular(kind),
+        None => Beneath::File(e.into()),
+    })?;
+    let written = (|| -> std::io::Result<()> {
+        let mut file = std::fs::File::from(made);
+        file.write_all(content)?;
+        file.sync_all()?;
+        // Renaming over a name replaces the entry, never what a link there leads to.
+        rustix::fs::renameat(&folder, temporary.as_str(), &folder, id)?;
+        Ok(())
+    })();
+    if let Err(e) = written {
+        let _ = rustix::fs::unlinkat(&folder, temporary.as_str(), rustix::fs::AtFlags::empty());
+        return Err(Beneath::File(e));
+    }
+    // The rename lasts once the folder does; a file system that cannot flush a folder
+    // keeps the file all the same.
+    let _ = rustix::fs::fsync(&folder);
+    Ok(())
+}
+
 /// Whether `handle` has the shape every store gives: `{run}/{id}`, both of letters,
 /// digits, `-` and `_`.
 pub fn valid_handle(handle: &str) -> bool {
@@ -458,8 +595,6 @@ impl OutputStore for DirectoryStore {
         let bytes = content.len() as u64;
         let lines = content.lines().count() as u64;
         let content = content.to_owned();
-        let io_path = file.clone();
-        let dir_for_io = dir.clone();
         let sweep = self.retention.filter(|_| {
             let mut swept = self.swept.lock().unwrap_or_else(|e| e.into_inner());
             let due = swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY);
@@ -469,21 +604,18 @@ impl OutputStore for DirectoryStore {
             due
         });
         let root = self.root.clone();
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        let (run_name, id_name) = (run.clone(), id.clone());
+        tokio::task::spawn_blocking(move || -> Result<(), Beneath> {
             if let Some(retention) = sweep
                 && let Err(e) = sweep_older(&root, retention)
             {
                 tracing::warn!("removing old outputs: {e}");
             }
-            use std::os::unix::fs::DirBuilderExt as _;
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir_for_io)?;
-            // A reader never sees half a file.
-            let how = toolmux_core::Replace { private: false, durable: true };
-            toolmux_core::replace_file(&io_path, content.as_bytes(), how)
+            write_beneath(&root, &run_name, &id_name, content.as_bytes())
         })
         .await
         .map_err(|e| StoreError::Io { path: file.clone(), source: std::io::Error::other(e) })?
-        .map_err(|source| StoreError::Io { path: file.clone(), source })?;
+        .map_err(|e| e.into_store_error(&dir, &file))?;
         Ok(StoredOutput { handle: format!("{run}/{id}"), bytes, lines })
     }
 
@@ -494,19 +626,16 @@ impl OutputStore for DirectoryStore {
     async fn read(&self, handle: &str, offset: u64, limit: u64) -> Result<OutputPage, StoreError> {
         let unknown = || StoreError::UnknownHandle { handle: crate::suggest::echoed(handle) };
         let path = self.path_of(handle).ok_or_else(unknown)?;
-        let io_path = path.clone();
+        let (run, id) = handle.split_once('/').unwrap_or((handle, ""));
+        let (root, run, id) = (self.root.clone(), run.to_owned(), id.to_owned());
         // Stream the file: memory stays bounded by the page, however large the output.
-        let read = tokio::task::spawn_blocking(move || -> std::io::Result<(Vec<String>, u64)> {
+        let read = tokio::task::spawn_blocking(move || -> Result<(Vec<String>, u64), Beneath> {
             use std::io::BufRead as _;
-            // A FIFO planted in the folder would hold this thread for ever.
-            let file =
-                crate::accounting::open_regular(&io_path, std::fs::OpenOptions::new().read(true))
-                    .map_err(crate::accounting::Opened::into_io)?;
-            let file = std::io::BufReader::new(file);
+            let file = std::io::BufReader::new(open_beneath(&root, &run, &id)?);
             let mut page = Vec::new();
             let mut total = 0u64;
             for line in file.lines() {
-                let line = line?;
+                let line = line.map_err(Beneath::File)?;
                 if total >= offset && (page.len() as u64) < limit {
                     page.push(line);
                 }
@@ -518,8 +647,13 @@ impl OutputStore for DirectoryStore {
         .map_err(|e| StoreError::Io { path: path.clone(), source: std::io::Error::other(e) })?;
         let (page, total_lines) = match read {
             Ok(read) => read,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(unknown()),
-            Err(source) => return Err(StoreError::Io { path, source }),
+            Err(Beneath::Run(e) | Beneath::File(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(unknown());
+            }
+            Err(e) => {
+                let dir = path.parent().unwrap_or(&path).to_owned();
+                return Err(e.into_store_error(&dir, &path));
+            }
         };
         Ok(OutputPage { lines: page.len() as u64, text: page.join("\n"), offset, total_lines })
     }
@@ -556,8 +690,99 @@ mod tests {
         let read = tokio::time::timeout(Duration::from_secs(10), store.read(&stored.handle, 0, 1))
             .await
             .expect("the read of a FIFO did not end within 10 s");
-        let Err(StoreError::Io { source, .. }) = read else { panic!("read a FIFO: {read:?}") };
-        assert_eq!(source.to_string(), "it is a FIFO (named pipe), not a regular file");
+        let message = read.map_err(|e| e.to_string()).expect_err("a FIFO is refused");
+        assert!(
+            message.contains("it is a FIFO (named pipe), where the store keeps a regular file")
+        );
+    }
+
+    /// What reading `handle` of `store` says, its folder written `DIR`.
+    async fn refusal(store: &DirectoryStore, handle: &str) -> String {
+        let read = store.read(handle, 0, 10).await;
+        let message = read.map_err(|e| e.to_string()).expect_err("refused");
+        message.replace(&store.root().display().to_string(), "DIR")
+    }
+
+    /// A link planted in place of an output (a cloned repository's output folder) is not
+    /// followed: neither `output show` nor `output__read` prints the file it leads to.
+    #[tokio::test]
+    async fn a_link_in_place_of_an_output_is_refused_not_followed() {
+        use toolmux_core::ToolProvider as _;
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "root:x:0:0").unwrap();
+        let root = dir.path().join("outputs");
+        let store = std::sync::Arc::new(DirectoryStore::new(&root));
+        let stored = store.store("r", "t", "a").await.unwrap();
+        let path = store.path_of(&stored.handle).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&secret, &path).unwrap();
+        let handle = &stored.handle;
+        expect![[r#"
+            output store at DIR/run-r/OUT: it is a symbolic link, where the store keeps a regular file; the store reads and writes through no links, FIFOs or devices, so remove it (nothing toolmux stores is one)"#]]
+        .assert_eq(&refusal(&store, handle).await.replace(&handle[6..], "OUT"));
+        let reader = OutputReader::new(store.clone(), 10_000);
+        let ctx = toolmux_core::CallContext::new().with_run_id("r");
+        let called = reader.call("read", serde_json::json!({"handle": handle}), &ctx).await;
+        let said = match called {
+            Ok(output) => output.to_text(),
+            Err(e) => e.to_string(),
+        };
+        assert!(!said.contains("root:x"), "{said}");
+        assert!(said.contains("it is a symbolic link"), "{said}");
+        // A link to a folder, a folder and a socket are refused as what they are.
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(dir.path(), &path).unwrap();
+        assert!(refusal(&store, handle).await.contains("it is a symbolic link, where"));
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        assert!(
+            refusal(&store, handle)
+                .await
+                .contains("it is a folder, where the store keeps a regular file")
+        );
+        std::fs::remove_dir(&path).unwrap();
+        let _socket = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        assert!(refusal(&store, handle).await.contains("it is a socket, where"));
+    }
+
+    /// A run's folder that is a link (to a folder of the attacker's choosing, holding an
+    /// `out-1` link of its own or leading to `/etc` itself) is neither read through nor
+    /// written through: storing an output of that run fails, and nothing is made there.
+    #[tokio::test]
+    async fn a_link_in_place_of_a_run_folder_is_refused_for_reading_and_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("out-1"), "root:x:0:0").unwrap();
+        let root = dir.path().join("outputs");
+        std::fs::create_dir(&root).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join("run-r")).unwrap();
+        let store = DirectoryStore::new(&root);
+        expect![[r#"
+            output store at DIR/run-r: it is a symbolic link, where the store keeps a folder; the store reads and writes through no links, FIFOs or devices, so remove it (nothing toolmux stores is one)"#]]
+        .assert_eq(&refusal(&store, "run-r/out-1").await);
+        let stored = store.store("r", "t", "written").await;
+        let message = stored.map_err(|e| e.to_string()).expect_err("not written through");
+        assert!(message.contains("run-r: it is a symbolic link, where the store keeps a folder"));
+        let names: Vec<_> =
+            std::fs::read_dir(&elsewhere).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["out-1"], "nothing written in the link's folder");
+        // A file in the run folder's place is no folder either.
+        std::fs::remove_file(root.join("run-r")).unwrap();
+        std::fs::write(root.join("run-r"), "").unwrap();
+        assert!(
+            refusal(&store, "run-r/out-1")
+                .await
+                .contains("it is a regular file, where the store keeps a folder")
+        );
+        // The configured folder itself may be a link: that is the user's choice.
+        let linked = dir.path().join("linked");
+        std::os::unix::fs::symlink(&elsewhere, &linked).unwrap();
+        let through = DirectoryStore::new(&linked);
+        let stored = through.store("s", "t", "kept").await.unwrap();
+        assert_eq!(through.read(&stored.handle, 0, 1).await.unwrap().text, "kept");
+        assert!(elsewhere.join(&stored.handle).is_file());
     }
 
     /// A file under `dir` written `age` ago.
