@@ -417,6 +417,20 @@ pub enum StatsError {
         /// What it is.
         kind: &'static str,
     },
+    /// The file is of a later format than this toolmux knows: a newer toolmux wrote it.
+    /// It is neither read nor written.
+    #[error(
+        "statistics file {path} is of version {version}, written by a newer toolmux than this \
+         one (which knows version {known}); it is left as it is and nothing is counted in it: use \
+         the newer toolmux, or set defaults.statsFile to another path",
+        known = STATS_VERSION
+    )]
+    Newer {
+        /// The file.
+        path: PathBuf,
+        /// The version it says it is of.
+        version: String,
+    },
     /// Another process held the file's lock for too long.
     #[error(
         "statistics file {path}: another toolmux process held its lock {lock} for {waited:?}; \
@@ -519,7 +533,7 @@ impl Stats {
     pub fn snapshot(&self) -> StatsSnapshot {
         let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
         StatsSnapshot {
-            version: 1,
+            version: STATS_VERSION,
             tools: tools.iter().map(|(name, s)| (name.to_string(), s.snapshot())).collect(),
         }
     }
@@ -633,7 +647,7 @@ impl Stats {
         }
         if changed {
             let snapshot = StatsSnapshot {
-                version: 1,
+                version: STATS_VERSION,
                 tools: merged.iter().map(|(name, c)| (name.clone(), c.to_snapshot())).collect(),
             };
             let json = serde_json::to_vec_pretty(&snapshot).map_err(|e| StatsError::Format {
@@ -699,10 +713,24 @@ fn read_snapshot(path: &Path) -> Result<Option<StatsSnapshot>, StatsError> {
         }
         Err(e) => return Err(StatsError::Io { path: path.to_owned(), source: e.into_io() }),
     };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| StatsError::Format { path: path.to_owned(), message: e.to_string() })
+    let format =
+        |e: serde_json::Error| StatsError::Format { path: path.to_owned(), message: e.to_string() };
+    // The version first: a later format may keep its counts in another shape, which must
+    // be neither read as none nor moved aside as damaged.
+    #[derive(Deserialize)]
+    struct Version {
+        version: Option<serde_json::Value>,
+    }
+    if let Ok(Version { version: Some(version) }) = serde_json::from_slice::<Version>(&bytes)
+        && version.as_u64().is_some_and(|v| v > u64::from(STATS_VERSION))
+    {
+        return Err(StatsError::Newer { path: path.to_owned(), version: version.to_string() });
+    }
+    serde_json::from_slice(&bytes).map(Some).map_err(format)
 }
+
+/// The version of the statistics files this toolmux writes and reads.
+const STATS_VERSION: u32 = 1;
 
 /// Why [`open_regular`] gave no file: opening failed, or the path is no regular file
 /// (a FIFO, a device, ...), which `into_io` words as `it is a FIFO (named pipe), not a
@@ -1161,6 +1189,29 @@ mod tests {
         assert!(message.ends_with("it is a symbolic link, not a regular file"), "{message}");
         assert!(!made.exists(), "the link's target was made");
         assert!(!path.exists());
+    }
+
+    /// A file a later toolmux wrote (another format, `version` 9) is an error that says
+    /// so, loading and saving, and is left byte for byte as it was: not read as no
+    /// statistics, not replaced, not moved aside as damaged.
+    #[test]
+    fn a_statistics_file_of_a_newer_version_is_refused_and_left_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        let newer = r#"{"version": 9, "tools": {}, "calls": {"a__b": [[1, 2, 3]]}}"#;
+        std::fs::write(&path, newer).unwrap();
+        let stats = Stats::default();
+        let loaded = stats.load(&path);
+        stats.of("a__b").record(true, 1_000);
+        let saved = stats.save(&path);
+        for result in [loaded, saved] {
+            let message = result.map_err(|e| e.to_string()).expect_err("a newer file is refused");
+            expect_test::expect![[r#"
+                statistics file DIR/stats.json is of version 9, written by a newer toolmux than this one (which knows version 1); it is left as it is and nothing is counted in it: use the newer toolmux, or set defaults.statsFile to another path"#]]
+            .assert_eq(&message.replace(&dir.path().display().to_string(), "DIR"));
+        }
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), newer);
+        assert!(!dir.path().join("stats.json.bad").exists(), "not moved aside");
     }
 
     #[test]
