@@ -557,3 +557,26 @@ fn outputs_not_there_are_told_plainly() {
     let expected = format!("error: no stored output `{handle}`; looked in {}", dir.display());
     assert!(run.stderr.starts_with(&expected), "{run:?}");
 }
+
+/// A link planted in a project's output folder, in place of an output (`out-1 ->
+/// /etc/passwd`) or of a run's folder (`run-x -> /etc`), as a cloned repository could hold
+/// one: `output show` prints nothing of the file it leads to and says what is there, where
+/// it printed the file.
+#[test]
+fn output_show_follows_no_link_planted_in_the_output_folder() {
+    let project = spilled_project();
+    project.file("elsewhere/out-1", "root:x:0:0:secret\n");
+    let dir = project.path().join(".toolmux/out");
+    std::fs::create_dir_all(dir.join("run-default")).expect("a run folder");
+    let secret = project.path().join("elsewhere/out-1");
+    std::os::unix::fs::symlink(&secret, dir.join("run-default/out-1")).expect("a link");
+    std::os::unix::fs::symlink(project.path().join("elsewhere"), dir.join("run-x"))
+        .expect("a link");
+    for (handle, keeps) in [("run-default/out-1", "a regular file"), ("run-x/out-1", "a folder")] {
+        let run = project.run(&["output", "show", handle]);
+        assert_ne!(run.code, 0, "{run:?}");
+        assert!(!run.stdout.contains("secret") && !run.stderr.contains("secret"), "{run:?}");
+        let said = format!("it is a symbolic link, where the store keeps {keeps}");
+        assert!(run.stderr.contains(&said), "{handle}: {run:?}");
+    }
+}
