@@ -1,14 +1,19 @@
-//! `${VAR}`, `${VAR:-default}` and `${env:VAR}` in string values, expanded from the
-//! environment after parsing; the values taken from the environment that may be
-//! credentials are remembered as secrets (see [`is_secret`]).
+//! `${VAR}` and the shell's forms `${VAR:-default}`, `${VAR-default}`, `${VAR:+alt}`,
+//! `${VAR+alt}`, `${VAR:?message}` and `${VAR?message}`, and `${env:VAR}`, in string values,
+//! expanded from the environment after parsing; the values taken from the environment that
+//! may be credentials are remembered as secrets (see [`is_secret`]).
 //!
 //! A default may hold references of its own (`${A:-${B:-/tmp}}`), and a `${` that nothing
-//! closes is an error (`$${` is a literal `${`).
+//! closes is an error (`$${` is a literal `${`). So is a reference that is none of these
+//! but looks meant as one: `${}`, `${1BAD}`, `${VAR%x}` (an operator toolmux does not
+//! take), which were left as text that no program would have understood.
 //!
 //! Other `${...}` forms are left as they are: `${parameters.x}` belongs to REST templates,
-//! `${input:x}` to VS Code. `${workspaceFolder}` and `${userHome}` (VS Code) are filled in,
-//! and so are `${CLAUDE_PROJECT_DIR}` and `${TOOLMUX_PROJECT_DIR}` (the project's folder,
-//! as a command hook's environment has them), wherever they stand: a hook command pasted
+//! `${input:x}` to VS Code. VS Code's `${workspaceFolder}`, `${workspaceFolderBasename}`,
+//! `${userHome}`, `${pathSeparator}` and `${/}` are filled in, and its variables about the
+//! editor (`${file}`, `${cwd}`…) are refused when no such variable is set; so are
+//! `${CLAUDE_PROJECT_DIR}` and `${TOOLMUX_PROJECT_DIR}` filled in (the project's folder, as
+//! a command hook's environment has them), wherever they stand: a hook command pasted
 //! from Claude Code (`${CLAUDE_PROJECT_DIR}/.claude/hooks/x.sh`) and a server's `args`
 //! alike.
 
@@ -39,6 +44,24 @@ pub(crate) enum ExpandError {
     },
     /// Variables unset without a default, in the order met.
     Unset(Vec<Unset>),
+    /// A `${...}` that looks meant as a variable's but is none toolmux reads.
+    Malformed {
+        /// The JSON path of the key whose value holds it.
+        path: String,
+        /// The reference as written (`${1BAD}`).
+        reference: String,
+        /// What is wrong with it and how to write it.
+        why: String,
+    },
+    /// `${VAR:?message}` (or `${VAR?message}`) with `VAR` unset (or empty).
+    Required {
+        /// The JSON path of the key whose value holds it.
+        path: String,
+        /// The variable.
+        variable: String,
+        /// The message written after `?`; may be empty.
+        message: String,
+    },
 }
 
 /// What expansion found besides the new values.
@@ -50,9 +73,9 @@ pub(crate) struct Expansion {
     pub(crate) inputs: Vec<String>,
 }
 
-/// Expands every string in `value` in place. The first string with an unterminated `${`
-/// is an error; else every variable that is unset and has no default, in the order met,
-/// when there is any.
+/// Expands every string in `value` in place. The first string with an unterminated `${`, a
+/// malformed reference or a `${VAR:?message}` whose variable is missing is an error; else
+/// every variable that is unset and has no default, in the order met, when there is any.
 pub(crate) fn expand(
     value: &mut Value,
     lookup: &Lookup<'_>,
@@ -62,8 +85,8 @@ pub(crate) fn expand(
     let mut path = Vec::new();
     let mut problems = Problems::default();
     walk(value, lookup, workspace, &mut path, false, &mut found, &mut problems);
-    if let Some(path) = problems.unterminated {
-        return Err(ExpandError::Unterminated { path });
+    if let Some(stop) = problems.stop {
+        return Err(stop);
     }
     if problems.unset.is_empty() { Ok(found) } else { Err(ExpandError::Unset(problems.unset)) }
 }
@@ -71,8 +94,9 @@ pub(crate) fn expand(
 /// What was wrong in the strings walked so far.
 #[derive(Debug, Default)]
 struct Problems {
-    /// The path of the first string with an unterminated `${`.
-    unterminated: Option<String>,
+    /// The first string's problem that stops expansion: an unterminated `${`, a malformed
+    /// reference, a required variable missing.
+    stop: Option<ExpandError>,
     unset: Vec<Unset>,
 }
 
@@ -94,10 +118,11 @@ fn walk(
                 let place = Place { secret: after_secret_flag || is_secret_place(path) };
                 let at = path.join(".");
                 match expand_str(text, lookup, workspace, place, found, &mut missing) {
-                    Some(expanded) => *text = expanded,
-                    None => {
-                        problems.unterminated.get_or_insert(at.clone());
+                    Ok(expanded) => *text = expanded,
+                    Err(stop) if problems.stop.is_none() => {
+                        problems.stop = Some(stop.at(at.clone()));
                     }
+                    Err(_) => {}
                 }
                 problems.unset.extend(
                     missing.into_iter().map(|variable| Unset { variable, path: at.clone() }),
@@ -125,6 +150,27 @@ fn walk(
     }
 }
 
+/// Why a string's expansion stopped.
+enum Stop {
+    /// A `${` that nothing closes.
+    Unterminated,
+    /// A reference toolmux does not read: the reference, what is wrong with it.
+    Malformed(String, String),
+    /// `${VAR:?message}` with `VAR` missing: the variable, the message.
+    Required(String, String),
+}
+
+impl Stop {
+    /// The error for the string at `path`.
+    fn at(self, path: String) -> ExpandError {
+        match self {
+            Stop::Unterminated => ExpandError::Unterminated { path },
+            Stop::Malformed(reference, why) => ExpandError::Malformed { path, reference, why },
+            Stop::Required(variable, message) => ExpandError::Required { path, variable, message },
+        }
+    }
+}
+
 /// Where in the configuration a string stands, as far as secrets go.
 #[derive(Debug, Clone, Copy)]
 struct Place {
@@ -146,7 +192,8 @@ struct Expanded<'a> {
     end: usize,
 }
 
-/// `text` with its references expanded, `None` when a `${` has no `}` to close it; the
+/// `text` with its references expanded, or why it cannot be (a `${` with no `}` to close
+/// it, a malformed reference, a required variable missing); the
 /// variables unset without a default are added to `unset` (their references left as they
 /// are). `$${` is a literal `${`, as in Docker Compose: a shell's `${f}` in a hook
 /// command is written `$${f}`. A default may hold references of its own
@@ -161,7 +208,7 @@ fn expand_str(
     place: Place,
     found: &mut Expansion,
     unset: &mut Vec<String>,
-) -> Option<String> {
+) -> Result<String, Stop> {
     let mut out = Output { text: String::with_capacity(text.len()), expanded: Vec::new() };
     let scope = Scope { lookup, workspace, instead_of: Vec::new() };
     expand_into(text, &scope, &mut out, found, unset)?;
@@ -178,7 +225,7 @@ fn expand_str(
             found.secrets.push(e.value);
         }
     }
-    Some(out)
+    Ok(out)
 }
 
 /// The string being expanded and the values of variables in it.
@@ -195,15 +242,15 @@ struct Scope<'s, 'a> {
     instead_of: Vec<&'a str>,
 }
 
-/// Appends `text` to `out` with its references expanded ([`expand_str`]); `None` when a
-/// `${` is not closed.
+/// Appends `text` to `out` with its references expanded ([`expand_str`]), or says why it
+/// cannot.
 fn expand_into<'a>(
     text: &'a str,
     scope: &Scope<'_, 'a>,
     out: &mut Output<'a>,
     found: &mut Expansion,
     unset: &mut Vec<String>,
-) -> Option<()> {
+) -> Result<(), Stop> {
     let mut rest = text;
     while let Some(start) = rest.find("${") {
         if rest[..start].ends_with('$') {
@@ -214,34 +261,23 @@ fn expand_into<'a>(
         }
         out.text.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let end = closing_brace(after)?;
+        let end = closing_brace(after).ok_or(Stop::Unterminated)?;
         let inner = &after[..end];
         let whole = &rest[start..start + 2 + end + 1];
         match reference(inner) {
-            Reference::Env { name, default } => match ((scope.lookup)(name), default) {
-                // `${VAR:-default}`: the default when VAR is unset or empty, as in a shell.
-                (Some(v), Some(d)) if v.is_empty() => {
-                    expand_default(d, name, scope, out, found, unset)?;
-                }
-                (None, Some(d)) => expand_default(d, name, scope, out, found, unset)?,
-                (Some(v), _) => {
-                    let start = out.text.len();
-                    out.text.push_str(&v);
-                    let instead_of = scope.instead_of.clone();
-                    out.expanded.push(Expanded {
-                        name,
-                        instead_of,
-                        value: v,
-                        start,
-                        end: out.text.len(),
-                    });
-                }
-                (None, None) => {
-                    unset.push(name.to_owned());
-                    out.text.push_str(whole);
-                }
-            },
+            Reference::Env { name, operator } => {
+                let value = (scope.lookup)(name);
+                expand_variable(name, value, operator, whole, scope, out, found, unset)?;
+            }
             Reference::Workspace => out.text.push_str(scope.workspace),
+            Reference::WorkspaceName => out.text.push_str(
+                std::path::Path::new(scope.workspace)
+                    .file_name()
+                    .map(|name| name.to_string_lossy())
+                    .unwrap_or_default()
+                    .as_ref(),
+            ),
+            Reference::PathSeparator => out.text.push_str(std::path::MAIN_SEPARATOR_STR),
             Reference::Home => match (scope.lookup)("HOME") {
                 Some(home) => out.text.push_str(&home),
                 None => {
@@ -249,31 +285,91 @@ fn expand_into<'a>(
                     out.text.push_str(whole);
                 }
             },
+            Reference::Editor(name) => match (scope.lookup)(name) {
+                // A variable of that name is the user's own: it is read as any other.
+                Some(value) => {
+                    expand_variable(name, Some(value), None, whole, scope, out, found, unset)?;
+                }
+                None => {
+                    return Err(Stop::Malformed(
+                        whole.to_owned(),
+                        "is one of VS Code's variables about the editor (its open file, its \
+                         folders), which toolmux has no editor to fill in: write the path, or \
+                         use `${workspaceFolder}` (the project's folder)"
+                            .to_owned(),
+                    ));
+                }
+            },
             Reference::Input => {
                 found.inputs.push(whole.to_owned());
                 out.text.push_str(whole);
             }
+            Reference::Malformed(why) => return Err(Stop::Malformed(whole.to_owned(), why)),
             Reference::Other => out.text.push_str(whole),
         }
         rest = &after[end + 1..];
     }
     out.text.push_str(rest);
-    Some(())
+    Ok(())
 }
 
-/// Expands `default`, used in place of variable `name`.
-fn expand_default<'a>(
-    default: &'a str,
+/// Appends variable `name`'s expansion to `out`: its `value` (`None` when unset), or what
+/// `operator` says instead, as a POSIX shell does; `whole` is the reference as written.
+#[allow(clippy::too_many_arguments)]
+fn expand_variable<'a>(
+    name: &'a str,
+    value: Option<String>,
+    operator: Option<(Operator, &'a str)>,
+    whole: &'a str,
+    scope: &Scope<'_, 'a>,
+    out: &mut Output<'a>,
+    found: &mut Expansion,
+    unset: &mut Vec<String>,
+) -> Result<(), Stop> {
+    // With a `:` the operator takes an empty value for an unset one, as in a shell.
+    let value = match operator {
+        Some((operator, _)) if operator.colon => value.filter(|v| !v.is_empty()),
+        _ => value,
+    };
+    match (value, operator) {
+        (Some(_), Some((Operator { kind: OperatorKind::Alternative, .. }, alternative))) => {
+            expand_nested(alternative, name, scope, out, found, unset)
+        }
+        (None, Some((Operator { kind: OperatorKind::Alternative, .. }, _))) => Ok(()),
+        (None, Some((Operator { kind: OperatorKind::Default, .. }, default))) => {
+            expand_nested(default, name, scope, out, found, unset)
+        }
+        (None, Some((Operator { kind: OperatorKind::Required, .. }, message))) => {
+            Err(Stop::Required(name.to_owned(), message.to_owned()))
+        }
+        (Some(v), _) => {
+            let start = out.text.len();
+            out.text.push_str(&v);
+            let instead_of = scope.instead_of.clone();
+            out.expanded.push(Expanded { name, instead_of, value: v, start, end: out.text.len() });
+            Ok(())
+        }
+        (None, None) => {
+            unset.push(name.to_owned());
+            out.text.push_str(whole);
+            Ok(())
+        }
+    }
+}
+
+/// Expands `text` (a default or an alternative), used in place of variable `name`.
+fn expand_nested<'a>(
+    text: &'a str,
     name: &'a str,
     scope: &Scope<'_, 'a>,
     out: &mut Output<'a>,
     found: &mut Expansion,
     unset: &mut Vec<String>,
-) -> Option<()> {
+) -> Result<(), Stop> {
     let mut instead_of = scope.instead_of.clone();
     instead_of.push(name);
     let inner = Scope { lookup: scope.lookup, workspace: scope.workspace, instead_of };
-    expand_into(default, &inner, out, found, unset)
+    expand_into(text, &inner, out, found, unset)
 }
 
 /// The offset in `after` (the text after a `${`) of the `}` that closes it, counting the
@@ -299,37 +395,144 @@ fn closing_brace(after: &str) -> Option<usize> {
     None
 }
 
+/// A shell operator after a variable's name: `:-`, `-`, `:+`, `+`, `:?`, `?`.
+#[derive(Debug, Clone, Copy)]
+struct Operator {
+    kind: OperatorKind,
+    /// Written with a `:`: an empty value counts as unset.
+    colon: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum OperatorKind {
+    /// `-`: the text after it when the variable is unset.
+    Default,
+    /// `+`: the text after it when the variable is set, else nothing.
+    Alternative,
+    /// `?`: an error saying the text after it when the variable is unset.
+    Required,
+}
+
 enum Reference<'a> {
-    Env { name: &'a str, default: Option<&'a str> },
+    Env {
+        name: &'a str,
+        operator: Option<(Operator, &'a str)>,
+    },
     Workspace,
+    /// VS Code's `${workspaceFolderBasename}`.
+    WorkspaceName,
+    /// VS Code's `${pathSeparator}` and `${/}`.
+    PathSeparator,
     Home,
+    /// One of VS Code's variables about the editor, which toolmux cannot fill in.
+    Editor(&'a str),
     Input,
+    /// What is wrong with it, and how to write it.
+    Malformed(String),
     Other,
 }
+
+/// VS Code's predefined variables that name what the editor has open, or where it runs.
+const EDITOR_VARIABLES: [&str; 16] = [
+    "cwd",
+    "file",
+    "fileWorkspaceFolder",
+    "fileWorkspaceFolderBasename",
+    "relativeFile",
+    "relativeFileDirname",
+    "fileBasename",
+    "fileBasenameNoExtension",
+    "fileExtname",
+    "fileDirname",
+    "fileDirnameBasename",
+    "lineNumber",
+    "columnNumber",
+    "selectedText",
+    "execPath",
+    "defaultBuildTask",
+];
+
+/// How to write a literal `${` in the file, for the messages about references.
+const LITERAL: &str = "a literal `${` is written `$${`";
 
 fn reference(inner: &str) -> Reference<'_> {
     if let Some(name) = inner.strip_prefix("env:") {
         return if is_name(name) {
-            Reference::Env { name, default: None }
+            Reference::Env { name, operator: None }
         } else {
             Reference::Other
         };
     }
     match inner {
         "workspaceFolder" => return Reference::Workspace,
+        "workspaceFolderBasename" => return Reference::WorkspaceName,
+        "pathSeparator" | "/" => return Reference::PathSeparator,
         "userHome" => return Reference::Home,
         // The folder command hooks run in, which their environment names so too.
         "CLAUDE_PROJECT_DIR" | "TOOLMUX_PROJECT_DIR" => return Reference::Workspace,
+        name if EDITOR_VARIABLES.contains(&name) => return Reference::Editor(name),
         _ => {}
     }
     if inner.starts_with("input:") {
         return Reference::Input;
     }
-    let (name, default) = match inner.split_once(":-") {
-        Some((name, default)) => (name, Some(default)),
-        None => (inner, None),
+    let name_end =
+        inner.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(inner.len());
+    let (name, rest) = inner.split_at(name_end);
+    if name.is_empty() {
+        // `${.x}` or `${ x}` is no variable's and nothing a shell reads either: a template's.
+        return match rest.chars().next() {
+            None => Reference::Malformed(format!(
+                "is empty: name a variable (`${{VAR}}`), or {LITERAL}"
+            )),
+            Some(c) if c.is_whitespace() || "-+?=:!#%@*".contains(c) => Reference::Malformed(
+                format!("names no variable: write `${{VAR}}` or `${{VAR:-default}}`, or {LITERAL}"),
+            ),
+            Some(_) => Reference::Other,
+        };
+    }
+    let operator = |rest: &str| -> Option<(Operator, usize)> {
+        let (colon, after) = match rest.strip_prefix(':') {
+            Some(after) => (true, after),
+            None => (false, rest),
+        };
+        let kind = match after.chars().next()? {
+            '-' => OperatorKind::Default,
+            '+' => OperatorKind::Alternative,
+            '?' => OperatorKind::Required,
+            _ => return None,
+        };
+        Some((Operator { kind, colon }, usize::from(colon) + 1))
     };
-    if is_name(name) { Reference::Env { name, default } } else { Reference::Other }
+    if name.starts_with(|c: char| c.is_ascii_digit()) {
+        if !rest.is_empty() && operator(rest).is_none() {
+            return Reference::Other;
+        }
+        return Reference::Malformed(format!(
+            "is not a variable's name (a name starts with a letter or `_`; a shell's \
+             positional parameters have no meaning here), or {LITERAL}"
+        ));
+    }
+    if rest.is_empty() {
+        return Reference::Env { name, operator: None };
+    }
+    if let Some((operator, len)) = operator(rest) {
+        return Reference::Env { name, operator: Some((operator, &rest[len..])) };
+    }
+    // The shell's other operators (`${VAR:=x}`, `${VAR%x}`, `${VAR#x}`, `${VAR/a/b}`,
+    // `${VAR^^}`, `${VAR:1:2}` and the like) change the value or set the variable:
+    // toolmux takes none of them.
+    let unknown = match rest.strip_prefix(':') {
+        Some(after) => after.chars().next().is_none_or(|c| "=0123456789 ".contains(c)),
+        None => rest.starts_with(['=', '%', '#', '/', '^', ',', '@', '*']),
+    };
+    if unknown {
+        return Reference::Malformed(format!(
+            "uses an operator toolmux does not take: it takes `${{VAR}}`, `${{VAR:-default}}`, \
+             `${{VAR-default}}`, `${{VAR:+alt}}`, `${{VAR+alt}}` and `${{VAR:?message}}`; {LITERAL}"
+        ));
+    }
+    Reference::Other
 }
 
 /// Whether the value of `${name}`, expanded where `secret_place` says (a string or a part
@@ -600,6 +803,12 @@ mod tests {
                 format!("{value}\nsecrets: {:?}\ninputs: {:?}", found.secrets, found.inputs)
             }
             Err(ExpandError::Unterminated { path }) => format!("unterminated at {path}"),
+            Err(ExpandError::Malformed { path, reference, why }) => {
+                format!("malformed {reference} at {path}: {why}")
+            }
+            Err(ExpandError::Required { path, variable, message }) => {
+                format!("required {variable} at {path}: {message}")
+            }
             Err(ExpandError::Unset(unset)) => unset
                 .iter()
                 .map(|u| format!("unset {} at {}", u.variable, u.path))
@@ -835,5 +1044,95 @@ mod tests {
                 secrets: []
                 inputs: []"#]],
         );
+    }
+
+    /// The shell's `-`, `+` and `?` operators, with and without `:`, as a shell reads
+    /// them; they were left as text.
+    #[test]
+    fn the_shells_operators() {
+        check(
+            json!({
+                "unset": ["${NOPE-d}", "${NOPE:-d}", "${NOPE+a}", "${NOPE:+a}"],
+                "empty": ["${EMPTY-d}", "${EMPTY:-d}", "${EMPTY+a}", "${EMPTY:+a}"],
+                "set": ["${MODE-d}", "${MODE:-d}", "${MODE+a}", "${MODE:+a-${LISTEN}}", "${MODE:?x}", "${EMPTY?x}"],
+            }),
+            expect![[r#"
+                {"empty":["","d","a",""],"set":["prod","prod","a","a-8080","prod",""],"unset":["d","d","",""]}
+                secrets: []
+                inputs: []"#]],
+        );
+        check(
+            json!({"a": {"b": "x ${NOPE:?set NOPE to the repo}"}}),
+            expect!["required NOPE at a.b: set NOPE to the repo"],
+        );
+        check(json!({"a": "${EMPTY:?}"}), expect!["required EMPTY at a: "]);
+        check(json!({"a": "${NOPE?}"}), expect!["required NOPE at a: "]);
+        // A required variable stops expansion before an unset one is told.
+        check(json!({"a": "${OTHER}", "b": "${NOPE:?m}"}), expect!["required NOPE at b: m"]);
+    }
+
+    /// A reference that looks meant as a variable's but is none is an error, where it was
+    /// left as text; templates and VS Code's forms are not.
+    #[test]
+    fn malformed_references_are_errors() {
+        check(
+            json!({"a": "${}"}),
+            expect![
+                "malformed ${} at a: is empty: name a variable (`${VAR}`), or a literal `${` is written `$${`"
+            ],
+        );
+        check(
+            json!({"x": ["${1BAD}"]}),
+            expect![
+                "malformed ${1BAD} at x[0]: is not a variable's name (a name starts with a letter or `_`; a shell's positional parameters have no meaning here), or a literal `${` is written `$${`"
+            ],
+        );
+        for bad in [
+            "${VAR:=x}",
+            "${VAR%.txt}",
+            "${VAR#x}",
+            "${VAR/a/b}",
+            "${VAR^^}",
+            "${VAR:1:2}",
+            "${:-x}",
+            "${ }",
+            "${!X}",
+        ] {
+            let mut value = json!({"a": bad});
+            match expand(&mut value, &env, "/ws") {
+                Err(ExpandError::Malformed { reference, .. }) => assert_eq!(reference, bad),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        check(
+            json!({"a": "${parameters.id}", "b": "${config:editor.x}", "c": "${command:pick}", "d": "${1.x}", "e": "$${1BAD}"}),
+            expect![[r#"
+                {"a":"${parameters.id}","b":"${config:editor.x}","c":"${command:pick}","d":"${1.x}","e":"${1BAD}"}
+                secrets: []
+                inputs: []"#]],
+        );
+    }
+
+    /// VS Code's variables: the workspace's name and the path separator are filled in, the
+    /// editor's are refused unless a variable of that name is set.
+    #[test]
+    fn vscode_predefined_variables() {
+        check(
+            json!({"a": "${workspaceFolderBasename}", "b": "${workspaceFolder}${pathSeparator}x${/}y"}),
+            expect![[r#"
+                {"a":"ws","b":"/ws/x/y"}
+                secrets: []
+                inputs: []"#]],
+        );
+        check(
+            json!({"a": "${cwd}/x"}),
+            expect![
+                "malformed ${cwd} at a: is one of VS Code's variables about the editor (its open file, its folders), which toolmux has no editor to fill in: write the path, or use `${workspaceFolder}` (the project's folder)"
+            ],
+        );
+        let set = |name: &str| (name == "file").then(|| "/f".to_owned());
+        let mut value = json!({"a": "${file}"});
+        assert!(expand(&mut value, &set, "/ws").is_ok());
+        assert_eq!(value, json!({"a": "/f"}));
     }
 }

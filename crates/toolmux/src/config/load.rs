@@ -531,6 +531,24 @@ fn expand_into<T: DeserializeOwned>(
             ),
         ),
         env::ExpandError::Unset(unset) => unset_error(&unset, source),
+        env::ExpandError::Malformed { path, reference, why } => source.error(
+            text_position(source.text, &reference),
+            format!("`{reference}` in {path} {why}"),
+        ),
+        env::ExpandError::Required { path, variable, message } => {
+            let told = if message.is_empty() {
+                String::new()
+            } else {
+                format!(", which the file says: {message}")
+            };
+            source.error(
+                reference_position(source.text, &variable),
+                format!(
+                    "environment variable {variable}, needed in {path}, is not set (or is \
+                     empty){told}"
+                ),
+            )
+        }
     })?;
     let typed: T = serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
@@ -944,21 +962,37 @@ fn backticked(text: &str) -> Vec<&str> {
     text.split('`').skip(1).step_by(2).collect()
 }
 
-/// Line and column of the first `${variable…}` or `${env:variable}` in `text` that is not
-/// on a comment line (`#`, `//`).
+/// Line and column of the first `${variable…}` (`${variable}`, or followed by one of the
+/// shell's operators) or `${env:variable}` in `text` that is not on a comment line (`#`,
+/// `//`).
 fn reference_position(text: &str, variable: &str) -> Option<(usize, usize)> {
-    let forms =
-        [format!("${{{variable}}}"), format!("${{{variable}:-"), format!("${{env:{variable}}}")];
-    let commented = |offset: usize| {
-        let line = text[..offset].rsplit('\n').next().unwrap_or_default().trim_start();
-        line.starts_with('#') || line.starts_with("//")
-    };
-    let offset = forms
+    let starts = [format!("${{{variable}"), format!("${{env:{variable}}}")];
+    let offset = starts
         .iter()
-        .flat_map(|f| text.match_indices(f.as_str()).map(|(at, _)| at))
-        .filter(|&at| !commented(at))
+        .flat_map(|f| {
+            text.match_indices(f.as_str()).map(|(at, form)| (at, at + form.len())).filter(
+                |&(_, end)| {
+                    let next = text[end..].chars().next();
+                    next.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+                },
+            )
+        })
+        .map(|(at, _)| at)
+        .filter(|&at| !commented(text, at))
         .min()?;
     Some(super::toml::line_column(text, offset))
+}
+
+/// Line and column of the first `needle` in `text` that is not on a comment line.
+fn text_position(text: &str, needle: &str) -> Option<(usize, usize)> {
+    let offset = text.match_indices(needle).map(|(at, _)| at).find(|&at| !commented(text, at))?;
+    Some(super::toml::line_column(text, offset))
+}
+
+/// Whether `offset` in `text` is on a comment line (`#`, `//`).
+fn commented(text: &str, offset: usize) -> bool {
+    let line = text[..offset].rsplit('\n').next().unwrap_or_default().trim_start();
+    line.starts_with('#') || line.starts_with("//")
 }
 
 #[cfg(feature = "mcp")]

@@ -187,6 +187,43 @@ fn an_unterminated_reference_is_an_error() {
     );
 }
 
+/// `${VAR:?message}` of an unset variable, and references toolmux does not read (`${}`,
+/// `${1BAD}`, an operator it does not take), are errors naming the key and their line,
+/// where they were passed on as text; no value of the environment is shown.
+#[test]
+fn required_and_malformed_references_are_errors() {
+    yaml_error(
+        "mcpServers:\n  s:\n    command: x\n    args: [\"--repo\", \"${NOPE:?set NOPE to the repository}\"]\n",
+        expect![
+            "toolmux.yaml:4:23: environment variable NOPE, needed in mcpServers.s.args[1], is not set (or is empty), which the file says: set NOPE to the repository"
+        ],
+    );
+    yaml_error(
+        "# ${}\nfs:\n  root: /srv/${}\n",
+        expect![
+            "toolmux.yaml:3:14: `${}` in fs.root is empty: name a variable (`${VAR}`), or a literal `${` is written `$${`"
+        ],
+    );
+    json_error(
+        "{\"mcpServers\": {\"s\": {\"command\": \"x\",\n  \"args\": [\"${1BAD}\"]}}}",
+        expect![
+            "toolmux.json:2:13: `${1BAD}` in mcpServers.s.args[0] is not a variable's name (a name starts with a letter or `_`; a shell's positional parameters have no meaning here), or a literal `${` is written `$${`"
+        ],
+    );
+    yaml_error(
+        "mcpServers:\n  s:\n    command: x\n    env: {T: '${GITHUB_TOKEN:=x}'}\n",
+        expect![
+            "toolmux.yaml:4:15: `${GITHUB_TOKEN:=x}` in mcpServers.s.env.T uses an operator toolmux does not take: it takes `${VAR}`, `${VAR:-default}`, `${VAR-default}`, `${VAR:+alt}`, `${VAR+alt}` and `${VAR:?message}`; a literal `${` is written `$${`"
+        ],
+    );
+    let loaded = loads(
+        FileFormat::Yaml,
+        "mcpServers:\n  s:\n    command: x\n    args: ['${GITHUB_TOKEN:?}', '${NOPE-d}', '${PORT:+--port=${PORT}}', '${NOPE+x}']\n",
+    );
+    assert_eq!(loaded.config.mcp_servers["s"].args, ["ghp_secret_value", "d", "--port=8080", ""]);
+    assert_eq!(loaded.secrets, ["ghp_secret_value"]);
+}
+
 /// A default may hold a reference of its own, as in a shell and Docker Compose; the value
 /// finally used is a secret when its own name or a name it stands in for sounds secret.
 #[test]
