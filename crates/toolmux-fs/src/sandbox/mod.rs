@@ -92,6 +92,9 @@ pub(crate) struct Sandbox {
     walking: tokio::sync::Mutex<()>,
     /// What the walks for repositories beneath the root learnt, shared by its commands.
     repository_walks: std::sync::Arc<RepositoryWalks>,
+    /// The checks of the background tasks that run (those gone are dropped when next
+    /// looked at): see [`Sandbox::check_tasks`].
+    task_checks: TaskChecks,
 }
 
 /// How long what the user's lines matched is used again before the root is walked anew:
@@ -171,6 +174,7 @@ impl Sandbox {
             matched: Default::default(),
             walking: tokio::sync::Mutex::new(()),
             repository_walks: Default::default(),
+            task_checks: Default::default(),
         }
     }
 
@@ -533,6 +537,17 @@ impl Sandbox {
         Absent { missing, root, repositories }
     }
 
+    /// The checks of the background tasks that run, for a task's watcher to run when it
+    /// ends.
+    pub(crate) fn task_checks(&self) -> TaskChecks {
+        self.task_checks.clone()
+    }
+
+    /// Runs the check of every background task still running: see [`TaskChecks::run`].
+    pub(crate) async fn check_tasks(&self) {
+        self.task_checks.run().await;
+    }
+
     /// The sentence about the sandbox for the tool descriptions.
     pub(crate) fn description(&self) -> &str {
         &self.description
@@ -657,6 +672,10 @@ struct RepositoryWalks {
     /// `.git`'s change time whenever it writes inside (a lock, a fetch, a commit), so one
     /// of these is never judged by its change time, whoever touched it during a command.
     known: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
+    /// Where toolmux moved what commands made (`sub/.git.rejected`): a moved `.git`
+    /// folder looks like a bare repository, which a later check of a running task, whose
+    /// walk before did not see it, would otherwise move again as made by the task.
+    aside: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 impl RepositoryWalks {
@@ -714,12 +733,111 @@ impl Repositories {
                 ctime + std::time::Duration::from_secs(1) >= self.started
             })
         };
-        let (made, kept): (Vec<_>, Vec<_>) = now
-            .into_iter()
-            .partition(|p| !self.before.contains(p) && (self.complete || changed(p)));
+        let aside = self.walks.aside.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let (made, kept): (Vec<_>, Vec<_>) = now.into_iter().partition(|p| {
+            !self.before.contains(p) && !aside.contains(p) && (self.complete || changed(p))
+        });
         // A folder not checked may hold a `.git` known before: not forgotten.
         self.walks.learn(kept, complete && unchecked.is_empty());
         (made, complete, unchecked)
+    }
+}
+
+/// The checks of the background tasks of one sandbox that still run (those whose task
+/// has ended or is forgotten are dropped when next looked at).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct TaskChecks(std::sync::Arc<std::sync::Mutex<Vec<std::sync::Weak<TaskCheck>>>>);
+
+impl TaskChecks {
+    /// The check of a background task that starts now, from what was missing and the
+    /// repositories beneath the root when it started: run when it ends, when its output
+    /// is read and when another command ends ([`TaskChecks::run`]), so that a `.git` it
+    /// makes is not left for the user's `git status` and the other tools while it runs.
+    pub(crate) fn watch(&self, absent: Absent) -> std::sync::Arc<TaskCheck> {
+        let check = std::sync::Arc::new(TaskCheck {
+            absent,
+            checking: Default::default(),
+            notes: Default::default(),
+            ended: Default::default(),
+        });
+        let mut checks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        checks.retain(|c| c.upgrade().is_some_and(|c| !c.has_ended()));
+        checks.push(std::sync::Arc::downgrade(&check));
+        check
+    }
+
+    /// Runs the check of every task still watched: what each made since it started is
+    /// moved aside now, noted for its next read.
+    pub(crate) async fn run(&self) {
+        let checks: Vec<std::sync::Arc<TaskCheck>> = {
+            let mut checks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            checks.retain(|c| c.upgrade().is_some_and(|c| !c.has_ended()));
+            checks.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        for check in checks {
+            check.run().await;
+        }
+    }
+}
+
+/// The check of one running background task ([`TaskChecks::watch`]), shared by its
+/// watcher, its reads and the ends of other commands.
+#[derive(Debug)]
+pub(crate) struct TaskCheck {
+    absent: Absent,
+    /// Held while a check runs, so that two checks of one task (its read and another
+    /// command's end) do not both move what it made.
+    checking: std::sync::Mutex<()>,
+    /// The notes of what was moved aside, oldest first.
+    notes: std::sync::Mutex<Vec<String>>,
+    /// Set by the task's last check, when it has ended: what is made after is not its.
+    ended: std::sync::atomic::AtomicBool,
+}
+
+impl TaskCheck {
+    /// Moves aside what the task made since it started ([`Absent::move_planted`]), adding
+    /// the note to its notes; nothing once it has ended.
+    pub(crate) async fn run(self: &std::sync::Arc<Self>) {
+        self.run_as(false).await;
+    }
+
+    /// The task's last check, when it has ended (its processes are gone).
+    pub(crate) async fn finish(self: &std::sync::Arc<Self>) {
+        self.run_as(true).await;
+    }
+
+    fn has_ended(&self) -> bool {
+        self.ended.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    async fn run_as(self: &std::sync::Arc<Self>, last: bool) {
+        let check = self.clone();
+        // Walks the tree: off the runtime's threads.
+        let ran = tokio::task::spawn_blocking(move || {
+            let _checking = check.checking.lock().unwrap_or_else(|e| e.into_inner());
+            if check.has_ended() {
+                return;
+            }
+            if last {
+                check.ended.store(true, std::sync::atomic::Ordering::Release);
+            }
+            let Some(note) = check.absent.move_planted_now() else { return };
+            let mut notes = check.notes.lock().unwrap_or_else(|e| e.into_inner());
+            // A folder that cannot be checked is said once, not at every check.
+            if !notes.contains(&note) {
+                notes.push(note);
+            }
+        })
+        .await;
+        if let Err(e) = ran {
+            tracing::warn!("looking for what a background task created failed: {e}");
+        }
+    }
+
+    /// The notes from the `from`th on, and how many there are in all.
+    pub(crate) fn notes_from(&self, from: usize) -> (Vec<String>, usize) {
+        let notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+        (notes.iter().skip(from).cloned().collect(), notes.len())
     }
 }
 
@@ -736,10 +854,12 @@ impl Absent {
         })
     }
 
-    fn move_planted_now(self) -> Option<String> {
+    /// May run more than once (a background task's check): what was moved aside is not
+    /// there to be found again, and one moved since by another check is passed over.
+    fn move_planted_now(&self) -> Option<String> {
         let mut moved = Vec::new();
         for path in self.missing.iter().filter(|p| std::fs::symlink_metadata(p).is_ok()) {
-            moved.extend(move_aside(path, &self.root));
+            moved.extend(move_aside(path, &self.root).map(|(note, _)| note));
         }
         // The root's own `.git`, if the command made it, is gone by now.
         let mut unchecked = Vec::new();
@@ -757,8 +877,13 @@ impl Absent {
                     REPOSITORY_WALK.as_secs()
                 );
             }
-            for path in made {
-                moved.extend(move_aside(&path, &self.root));
+            // Another task's check of the same walk may have moved it meanwhile.
+            for path in made.iter().filter(|p| std::fs::symlink_metadata(p).is_ok()) {
+                let Some((note, aside)) = move_aside(path, &self.root) else { continue };
+                moved.push(note);
+                let mut moved_to =
+                    repositories.walks.aside.lock().unwrap_or_else(|e| e.into_inner());
+                moved_to.extend(aside);
             }
         }
         let moved = (!moved.is_empty()).then(|| {
@@ -790,8 +915,9 @@ impl Absent {
 }
 
 /// Moves `path` (beneath `root`, where it is shown relative to) aside to `NAME.rejected`,
-/// or `NAME.rejected.N` when that is taken, else removes it; what was done, for the note.
-fn move_aside(path: &Path, root: &Path) -> Option<String> {
+/// or `NAME.rejected.N` when that is taken, else removes it; what was done, for the note,
+/// and where it went.
+fn move_aside(path: &Path, root: &Path) -> Option<(String, Option<PathBuf>)> {
     let shown = path.strip_prefix(root).unwrap_or(path).display().to_string();
     let name = path.file_name()?;
     let free = (1..100).map(|n| {
@@ -807,19 +933,19 @@ fn move_aside(path: &Path, root: &Path) -> Option<String> {
         };
         tracing::warn!(path = %path.display(), "a command created a protected file; no name was free to move it aside, so it was removed: {removed:?}");
         return Some(match removed {
-            Ok(()) => format!("`{shown}` (removed: no name was free to move it to)"),
-            Err(e) => format!("`{shown}` (neither moved nor removed: {e})"),
+            Ok(()) => (format!("`{shown}` (removed: no name was free to move it to)"), None),
+            Err(e) => (format!("`{shown}` (neither moved nor removed: {e})"), None),
         });
     };
     Some(match std::fs::rename(path, &aside) {
         Ok(()) => {
             tracing::warn!(path = %path.display(), aside = %aside.display(), "a command created a protected file; moved aside");
-            let aside = aside.strip_prefix(root).unwrap_or(&aside).display().to_string();
-            format!("`{shown}` (moved to `{aside}`)")
+            let shown_aside = aside.strip_prefix(root).unwrap_or(&aside).display().to_string();
+            (format!("`{shown}` (moved to `{shown_aside}`)"), Some(aside))
         }
         Err(e) => {
             tracing::warn!(path = %path.display(), "a command created a protected file, which could not be moved aside: {e}");
-            format!("`{shown}` (not moved: {e})")
+            (format!("`{shown}` (not moved: {e})"), None)
         }
     })
 }

@@ -156,6 +156,10 @@ struct Task {
     /// Kills its group should toolmux die without doing so; released by the watcher once
     /// the group is killed, or with the task.
     guard: Mutex<Option<shell::guard::GroupGuard>>,
+    /// Moves aside what it creates that it must not (a `.git` beneath the root, toolmux's
+    /// configuration): at its end, and while it runs, when its output is read and when
+    /// another command ends.
+    check: Arc<crate::sandbox::TaskCheck>,
 }
 
 /// Where a task's input is written.
@@ -209,9 +213,8 @@ struct TaskState {
     /// Everything printed, in bytes.
     total: u64,
     end: Option<(End, Duration)>,
-    /// What the task created that toolmux moved aside when it ended (see
-    /// [`crate::sandbox::Absent`]).
-    planted: Option<String>,
+    /// How many notes of its check (what toolmux moved aside) a read has shown.
+    notes_shown: usize,
     /// Where all output goes, with its path.
     file: Option<(PathBuf, std::fs::File)>,
     /// Bytes written to `file`.
@@ -379,7 +382,8 @@ impl Tasks {
         if keep_stdin && pty.is_none() {
             command.stdin(std::process::Stdio::piped());
         }
-        let absent = sandbox.absent().await;
+        let checks = sandbox.task_checks();
+        let check = checks.watch(sandbox.absent().await);
         let mut child =
             command.spawn().map_err(|source| sandbox.spawn_failed(label.clone(), source))?;
         // The parent's copies of the terminal's slave side go with the command, so that
@@ -418,6 +422,7 @@ impl Tasks {
             keeps_stdin: keep_stdin,
             tty,
             guard: Mutex::new(guard),
+            check,
         });
         let pipes = shell::PipeReaders::new();
         let max = config.spill_max_bytes;
@@ -429,7 +434,7 @@ impl Tasks {
         .into_iter()
         .flatten()
         .collect();
-        tokio::spawn(watch(child, task.clone(), readers, pipes, lifetime, absent));
+        tokio::spawn(watch(child, task.clone(), readers, pipes, lifetime, checks));
         self.insert(n, task.clone());
         let text = format!(
             "started background task `{}` (pid {}), killed after {} unless it ends or is stopped \
@@ -515,6 +520,8 @@ impl Tasks {
                 () = cancel.cancelled() => return Err(FsError::Cancelled { tool: TOOL }),
             }
         }
+        // What it made so far goes now, not only when it ends (see `Task::check`).
+        task.check.run().await;
         Ok(render(&task, config.output_cap_chars, filter.as_ref()))
     }
 
@@ -617,6 +624,7 @@ impl Tasks {
                 () = cancel.cancelled() => return Err(FsError::Cancelled { tool: TOOL }),
             }
         }
+        task.check.run().await;
         Ok(render(&task, config.output_cap_chars, None))
     }
 
@@ -716,7 +724,7 @@ async fn watch(
     readers: Vec<tokio::task::JoinHandle<()>>,
     pipes: shell::PipeReaders,
     lifetime: Duration,
-    absent: crate::sandbox::Absent,
+    checks: crate::sandbox::TaskChecks,
 ) {
     let leader = shell::guard::LeaderExit::of(&child);
     let end = tokio::select! {
@@ -767,9 +775,10 @@ async fn watch(
     }
     // Its input closes with it (a write now fails at once, not after a timeout).
     *task.stdin.lock().await = None;
-    let planted = absent.move_planted().await;
+    task.check.finish().await;
+    // Another command's end: what the tasks still running made so far goes too.
+    checks.run().await;
     let mut state = task.lock();
-    state.planted = planted;
     state.end = Some((end, task.started.elapsed()));
     drop(state);
     task.changed.notify_waiters();
@@ -782,7 +791,7 @@ const PARTIAL_LINE_MAX: usize = 64 * 1024;
 
 fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput {
     let status = task.status();
-    let (bytes, dropped, total, end, file, planted) = {
+    let (bytes, dropped, total, end, file, notes) = {
         let mut state = task.lock();
         // A character cut in two by the read waits for its other half, unless the task
         // has ended.
@@ -812,7 +821,12 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
             let short = (state.saved < state.total).then_some(state.saved);
             (p.clone(), short)
         });
-        (taken, dropped, state.total, state.end.clone(), file, state.planted.clone())
+        // While it runs, a read shows the notes no read has shown; once it has ended, all
+        // of them, as its last word.
+        let from = if state.end.is_some() { 0 } else { state.notes_shown };
+        let (notes, all) = task.check.notes_from(from);
+        state.notes_shown = all;
+        (taken, dropped, state.total, state.end.clone(), file, notes)
     };
     let text = String::from_utf8_lossy(&bytes);
     let text = if task.tty { std::borrow::Cow::Owned(text.replace("\r\n", "\n")) } else { text };
@@ -838,7 +852,7 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
     };
     let chars = shown.chars().count();
     let mut out = format!("task `{}` {status}", task.id);
-    if let Some(note) = planted {
+    for note in notes {
         out.push('\n');
         out.push_str(&note);
     }

@@ -737,6 +737,86 @@ async fn a_repository_a_command_makes_beneath_the_root_is_moved_aside() {
     assert!(!root.join("later/.git").exists());
 }
 
+/// A background task that makes a repository and runs on has it moved aside while it
+/// runs, not only when it ends: when its output is read, and when another command ends
+/// (the user's `git status` and the other tools met it in the meantime).
+#[tokio::test]
+async fn a_repository_a_running_task_makes_is_moved_aside_before_it_ends() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let bash = BashConfig { sandbox: SandboxConfig::default(), ..BashConfig::default() };
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(bash);
+    let fs = FsProvider::new(config).unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    let start = |command: &str| {
+        let args = json!({"command": command, "run_in_background": true});
+        let fs = &fs;
+        async move {
+            let started = fs.call("bash", args, &CallContext::new()).await.unwrap();
+            started.extras["taskId"].as_str().unwrap().to_owned()
+        }
+    };
+    // Read: the task's output, read while it sleeps, says what was moved.
+    let reader =
+        start("GIT_CONFIG_GLOBAL=/dev/null git init -q read && echo made && exec sleep 60").await;
+    let mut text = String::new();
+    for _ in 0..50 {
+        let args = json!({"task_id": reader, "block_ms": 200});
+        let out = fs.call("task_output", args, &CallContext::new()).await.unwrap();
+        assert_eq!(out.extras["running"], true, "{}", out.to_text());
+        text.push_str(&out.to_text());
+        if text.contains("rejected") {
+            break;
+        }
+    }
+    assert!(text.contains("`read/.git` (moved to `read/.git.rejected`)"), "{text}");
+    assert!(!root.join("read/.git").exists() && root.join("read/.git.rejected/HEAD").exists());
+    // Said once: the next read has no note.
+    let args = json!({"task_id": reader});
+    let again = fs.call("task_output", args, &CallContext::new()).await.unwrap().to_text();
+    assert!(!again.contains("rejected"), "{again}");
+    // Its last word names what was moved aside while it ran.
+    let args = json!({"task_id": reader});
+    let out = fs.call("task_kill", args, &CallContext::new()).await.unwrap().to_text();
+    assert!(out.contains("`read/.git` (moved to `read/.git.rejected`)"), "{out}");
+    // Another command's end: a `.git` file the task wrote before that command started is
+    // gone when the command returns, and the task's next read says so. (With two tasks
+    // running, the first checked would be told: which of them made it is not known.)
+    let writer =
+        start("mkdir -p other && echo 'gitdir: /tmp/x' > other/.git && exec sleep 60").await;
+    for _ in 0..100 {
+        if root.join("other/.git").exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(root.join("other/.git").exists(), "the task did not write other/.git");
+    let out = fs.call("bash", json!({"command": "echo hi"}), &CallContext::new()).await.unwrap();
+    assert!(!out.to_text().contains("rejected"), "{}", out.to_text());
+    assert!(!root.join("other/.git").exists() && root.join("other/.git.rejected").exists());
+    let args = json!({"task_id": writer});
+    let out = fs.call("task_output", args, &CallContext::new()).await.unwrap();
+    assert_eq!(out.extras["running"], true, "{}", out.to_text());
+    assert!(
+        out.to_text().contains("`other/.git` (moved to `other/.git.rejected`)"),
+        "{}",
+        out.to_text()
+    );
+    let args = json!({"task_id": writer});
+    let out = fs.call("task_kill", args, &CallContext::new()).await.unwrap().to_text();
+    assert!(out.contains("`other/.git` (moved to `other/.git.rejected`)"), "{out}");
+    // What was moved aside is not moved again (a `.git` folder moved aside looks like a
+    // bare repository), by a later command or task.
+    let out = fs.call("bash", json!({"command": "echo hi"}), &CallContext::new()).await.unwrap();
+    assert!(!out.to_text().contains("rejected"), "{}", out.to_text());
+    assert!(root.join("read/.git.rejected/HEAD").exists());
+}
+
 /// A repository beneath the root that is no submodule (a clone in `vendor/`, or
 /// repositories side by side under a root that is none) has its `.git` kept read-only to
 /// commands as the root's is: its hooks and settings would run outside the sandbox at the
