@@ -20,6 +20,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use toolmux_core::group_guard::GroupGuard;
 
 use super::lane::Lane;
 use super::{Fault, FaultKind, encode_message, parse_message};
@@ -277,6 +278,12 @@ pub(crate) fn spawn(
     detach(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| spawn_error(command, e))?;
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw);
+    // Listed with the process's one watchman (the shell tools' too) right away: the server
+    // leads its own group from its first instruction (`setsid` ran before `exec`), so a
+    // toolmux killed with SIGKILL while the server is busy in a call, when no code of ours
+    // runs, leaves no server running, reparented to PID 1, until it next reads its stdin.
+    // `reap` releases it only after its status is read and the group killed (see there).
+    let watched = GroupGuard::watch(child.id(), &format!("mcp server {}", command.server));
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -299,6 +306,7 @@ pub(crate) fn spawn(
         server: server.clone(),
         child,
         pgid,
+        watched,
         mark,
         kill: kill.clone(),
         stdout: StdoutEnd {
@@ -654,6 +662,9 @@ struct Reaping {
     server: String,
     child: Child,
     pgid: Option<Pid>,
+    /// The group listed with the watchman; released by [`reap`] after the group is killed
+    /// and the leader reaped.
+    watched: Option<GroupGuard>,
     /// The mark in its environment, to find what it left outside its group.
     mark: toolmux_core::ProcessMark,
     kill: CancellationToken,
@@ -784,7 +795,7 @@ async fn reap(
     fault: Fault,
     stderr_read: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let Reaping { server, mut child, pgid, mark, kill, stdout } = reaping;
+    let Reaping { server, mut child, pgid, watched, mark, kill, stdout } = reaping;
     // Stopped here because its stdout ended: the connection's error says so already, and
     // the status of the signal that stopped it would only hide why.
     let mut stopped = false;
@@ -811,6 +822,15 @@ async fn reap(
     if let Some(pgid) = pgid {
         let _ = kill_process_group(pgid, Signal::KILL);
     }
+    // Released from the watchman only now, the status read as it always was (`child.wait`,
+    // which reaps): waiting for the leader without reaping it and killing the group first
+    // lost a server's exit status to a daemon holding its stdout, and made a startup error
+    // late under load. Between the reap above and this line the group's id is free once its
+    // last member is gone; were toolmux killed with SIGKILL in that moment and the id taken
+    // by a new group meanwhile, the watchman would kill that group. The kill just above
+    // already signals the id after the reap in the same way; it takes the kernel handing out
+    // every other pid in between, and the window is the few steps from the reap to here.
+    drop(watched);
     mark.sweep_on_pool(&format!("mcp server {server}")).await;
     match status {
         Ok(status) => {

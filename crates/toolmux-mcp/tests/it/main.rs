@@ -13,6 +13,7 @@ mod hostile;
 mod http_errors;
 mod oauth_server;
 mod oauth_sse;
+mod orphans;
 mod passthrough;
 mod progress;
 mod python;
