@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use toolmux::Toolmux;
-use toolmux::config::Loaded;
+use toolmux::config::{Loaded, Oversize};
 use toolmux::toolmux_core::naming;
 use toolmux::toolmux_core::suggest::distance;
 use toolmux::toolmux_orchestrator::store::OutputReader;
@@ -63,7 +63,8 @@ pub(crate) fn resolved<'a>(aliases: &'a BTreeMap<String, String>, name: &'a str)
 /// The namespaces of the providers the configuration has whose tools call only themselves:
 /// those the configuration names (the file tools, command tools, servers, REST and OpenAPI
 /// tools, the web tools), the external tools and the spaces' gateway when configured, and
-/// `output` (`output__read`).
+/// `output` (`output__read`) unless outputs over the size cap are cut (`oversize:
+/// truncate`), when there is no `output__read`.
 pub(crate) fn namespaces(loaded: &Loaded) -> Vec<String> {
     let mut namespaces = loaded.namespaces();
     // The namespaces of `toolmux-external`, which the facade does not re-export.
@@ -73,7 +74,9 @@ pub(crate) fn namespaces(loaded: &Loaded) -> Vec<String> {
     if loaded.config.spaces.is_some() {
         namespaces.push("gateway".to_owned());
     }
-    namespaces.push(OutputReader::NAMESPACE.to_owned());
+    if loaded.config.defaults.oversize != Some(Oversize::Truncate) {
+        namespaces.push(OutputReader::NAMESPACE.to_owned());
+    }
     namespaces
 }
 
@@ -132,7 +135,9 @@ pub(crate) async fn nowhere(loaded: &Loaded, name: &str, namespace: Option<&str>
 
 /// The tool names known without starting a server: the tools of the providers that start
 /// in this process at once (file, command and inline REST tools), and the names in the
-/// statistics of earlier calls whose namespace is still configured. Not the aliases: a
+/// statistics of earlier calls that succeeded at least once and whose namespace is still
+/// configured (the statistics also count calls of names no provider had: after a call of
+/// `fs__nope`, `fss__nope` was answered with "did you mean `fs__nope`?"). Not the aliases: a
 /// short one is close to every short name (`a` was offered for `nope__x`).
 async fn local_names(loaded: &Loaded, known: &[String]) -> Vec<String> {
     let local = ["fs", "cmd", toolmux::toolmux_rest::INLINE_NAMESPACE];
@@ -144,9 +149,11 @@ async fn local_names(loaded: &Loaded, known: &[String]) -> Vec<String> {
         toolmux.orchestrator().warmup_within(Some(wait)).await;
         let tools = toolmux.orchestrator().tools();
         names.extend(tools.into_iter().map(|t| t.name));
-        let called = toolmux.orchestrator().stats().snapshot().tools.into_keys();
-        names.extend(called.filter(|name| {
-            naming::split(name).is_some_and(|(ns, _)| known.iter().any(|k| k == ns))
+        let called = toolmux.orchestrator().stats().snapshot().tools;
+        names.extend(called.into_iter().filter_map(|(name, stats)| {
+            let configured =
+                naming::split(&name).is_some_and(|(ns, _)| known.iter().any(|k| k == ns));
+            (configured && stats.ok > 0).then_some(name)
         }));
     }
     names.sort();

@@ -224,6 +224,27 @@ fn a_name_of_no_provider_starts_nothing() {
     assert_eq!(stats["tools"], serde_json::json!({}), "{stats}");
 }
 
+/// The closest names offered for an unknown one are tools that exist: a name called once
+/// and refused (`fs__nope`, counted in the statistics as every call is) was offered for
+/// `fss__nope` ("did you mean `fs__nope`?"). With `oversize: truncate` there is no
+/// `output__read`, and `output` is named among the namespaces no more.
+#[test]
+fn only_names_that_exist_are_offered() {
+    let project = project();
+    project.file("toolmux.yaml", "fs: {}\ndefaults: {oversize: truncate}\n");
+    let run = project.run(&["tools", "call", "fs__nope", "{}"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"README.md"}"#]);
+    assert!(run.ok().contains("hello"), "{run:?}");
+    let run = project.run(&["tools", "call", "fss__nope", "{}"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    expect!["error: unknown tool `fss__nope`: no provider has namespace `fss` (the namespaces are `fs`); the closest tool name is `fs__grep`; `toolmux tools list` shows every tool's name"]
+        .assert_eq(run.stderr.trim());
+    let run = project.run(&["tools", "call", "output__read", r#"{"handle":"x"}"#]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("no provider has namespace `output`"), "{run:?}");
+}
+
 /// An alias of an alias starts only the provider of the tool it ends at: the first alias's
 /// target was taken for the tool, named no namespace, and every server started.
 #[test]
