@@ -428,6 +428,7 @@ fn load_text(
     for (name, entry) in &mut config.mcp_servers {
         entry.read_apps_keys(&format!("{shown}: mcpServers.{name}"), &mut warnings);
     }
+    checks::check(&config, &source)?;
     if config.inputs.is_some() {
         warnings.push(format!(
             "{shown}: `inputs` is ignored: toolmux cannot prompt; use ${{env:VAR}} instead"
@@ -995,6 +996,7 @@ fn commented(text: &str, offset: usize) -> bool {
     line.starts_with('#') || line.starts_with("//")
 }
 
+mod checks;
 #[cfg(feature = "mcp")]
 mod codex;
 #[cfg(feature = "mcp")]

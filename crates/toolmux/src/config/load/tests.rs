@@ -1048,3 +1048,65 @@ fn servers_and_mcp_servers_together_are_one_section_twice() {
         ]],
     );
 }
+
+/// A server's transport against what it is given, a queue without slots and a permission
+/// rule that cannot be read are refused at load with the line of the value at fault, where
+/// `type: stdio` with only a `url` passed `config check` and failed the run, and the
+/// others were told without a line as the providers started.
+#[test]
+fn settings_that_cannot_work_are_refused_with_their_line() {
+    yaml_error(
+        "mcpServers:\n  a:\n    type: stdio\n    url: http://127.0.0.1:1/mcp\n",
+        expect![
+            "toolmux.yaml:3:11: mcpServers.a.type: `type: stdio` needs `command`, the program to start, and this server has only `url`: for a server toolmux connects to write `type: http` (or `sse`, `websocket`), or leave `type` out"
+        ],
+    );
+    json_error(
+        "{\"servers\": {\"a\": {\n  \"type\": \"http\", \"command\": \"echo\"}}}",
+        expect![
+            "toolmux.json:2:11: servers.a.type: `type: http` needs `url`, the server's address, and this server has only `command`: for a program toolmux starts write `type: stdio`, or leave `type` out"
+        ],
+    );
+    yaml_error(
+        "mcpServers:\n  a:\n    command: null\n",
+        expect![
+            "toolmux.yaml:3:14: mcpServers.a.command: neither `command` nor `url` is set: give `command` (a program toolmux starts) or `url` (a server it connects to), or `enabled: false` to keep the entry unused"
+        ],
+    );
+    yaml_error(
+        "mcpServers:\n  a:\n    url: ftp://127.0.0.1/x\n",
+        expect![
+            "toolmux.yaml:3:10: mcpServers.a.url: has the scheme `ftp`; the http transport takes http:// or https://"
+        ],
+    );
+    yaml_error(
+        "mcpServers:\n  a:\n    type: websocket\n    url: '${PORT}'\n",
+        expect![
+            "toolmux.yaml:4:10: mcpServers.a.url: must start with ws:// or wss://, as in ws://127.0.0.1:8080/mcp"
+        ],
+    );
+    yaml_error(
+        "queues:\n  q:\n    concurrent: 0\n",
+        expect![
+            "toolmux.yaml:3:17: queues.q.concurrent: `concurrent: 0` lets no call run; give at least 1 slot"
+        ],
+    );
+    yaml_error(
+        "permissions:\n  allow:\n    - fs__read\n    - \"fs__read((\"\n",
+        expect![
+            "toolmux.yaml:4:8: permissions.allow: rule `fs__read((` does not end with `)`; a rule on calls is written `TOOL(WHAT)`, as in `fs__bash(git *)`"
+        ],
+    );
+    check_error(
+        FileFormat::Toml,
+        "[queues.q]\nconcurrent = 0\n",
+        expect![
+            "toolmux.toml:2:1: queues.q.concurrent: `concurrent: 0` lets no call run; give at least 1 slot"
+        ],
+    );
+    // A disabled entry is not checked; a server given both keeps working as before.
+    loads(
+        FileFormat::Yaml,
+        "mcpServers:\n  a: {type: stdio, url: 'http://h/', enabled: false}\n  b: {command: x, url: 'http://h/'}\n",
+    );
+}
