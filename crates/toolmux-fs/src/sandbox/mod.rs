@@ -657,6 +657,9 @@ struct Repositories {
     /// change time: see [`Repositories::made`]).
     complete: bool,
     started: std::time::SystemTime,
+    /// Which of [`BARE_PIECES`] were at the root, and whether they made it a repository:
+    /// the root itself made one (`git init --bare .`) is told by these, not by the walk.
+    root_before: (Vec<&'static str>, bool),
     /// Shared with the sandbox and its other commands.
     walks: std::sync::Arc<RepositoryWalks>,
 }
@@ -709,7 +712,7 @@ impl Repositories {
         let mut before =
             walks.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         before.extend(found);
-        Repositories { before, complete, started, walks }
+        Repositories { before, complete, started, root_before: root_pieces(root), walks }
     }
 
     /// The `.git` entries beneath `root` now that were not there before: those the walk
@@ -740,6 +743,26 @@ impl Repositories {
         // A folder not checked may hold a `.git` known before: not forgotten.
         self.walks.learn(kept, complete && unchecked.is_empty());
         (made, complete, unchecked)
+    }
+}
+
+impl Repositories {
+    /// The pieces of a bare repository a command made of the root itself, to move aside:
+    /// those it created, and its `HEAD` when the root would still be a repository without
+    /// them (a `HEAD` of the user's that the command rewrote). None when the root is no
+    /// repository now, or already was one when the command started.
+    fn root_made_bare(&self, root: &Path) -> Vec<PathBuf> {
+        let (before, was) = &self.root_before;
+        let (now, is) = root_pieces(root);
+        if *was || !is {
+            return Vec::new();
+        }
+        let mut made: Vec<&str> = now.iter().copied().filter(|n| !before.contains(n)).collect();
+        let left = now.iter().copied().filter(|n| !made.contains(n));
+        if is_bare_repository(root, left.map(std::ffi::OsString::from)) {
+            made.insert(0, "HEAD");
+        }
+        made.into_iter().map(|name| root.join(name)).collect()
     }
 }
 
@@ -863,6 +886,7 @@ impl Absent {
         }
         // The root's own `.git`, if the command made it, is gone by now.
         let mut unchecked = Vec::new();
+        let mut root_note = None;
         if let Some(repositories) = &self.repositories {
             let (made, complete, not_checked) = repositories.made(&self.root);
             unchecked = not_checked;
@@ -876,6 +900,21 @@ impl Absent {
                      commands walk only when they end",
                     REPOSITORY_WALK.as_secs()
                 );
+            }
+            let pieces = repositories.root_made_bare(&self.root);
+            if !pieces.is_empty() {
+                tracing::warn!(root = %self.root.display(), "a command made the workspace root a bare git repository; moving aside what it created");
+                let moved: Vec<String> = pieces
+                    .iter()
+                    .filter_map(|piece| move_aside(piece, &self.root).map(|(note, _)| note))
+                    .collect();
+                root_note = Some(format!(
+                    "[the command made the workspace root itself a bare git repository (as `git \
+                     init --bare .` does), whose hooks and settings would run outside the \
+                     sandbox at the user's next git command there; moved aside what made it \
+                     one: {}]",
+                    moved.join(", ")
+                ));
             }
             // Another task's check of the same walk may have moved it meanwhile.
             for path in made.iter().filter(|p| std::fs::symlink_metadata(p).is_ok()) {
@@ -907,10 +946,8 @@ impl Absent {
                 shown.join(", ")
             )
         });
-        match (moved, unchecked) {
-            (Some(moved), Some(unchecked)) => Some(format!("{moved} {unchecked}")),
-            (moved, unchecked) => moved.or(unchecked),
-        }
+        let notes: Vec<String> = [moved, root_note, unchecked].into_iter().flatten().collect();
+        (!notes.is_empty()).then(|| notes.join(" "))
     }
 }
 
@@ -957,8 +994,9 @@ fn move_aside(path: &Path, root: &Path) -> Option<(String, Option<PathBuf>)> {
 /// only its own folder's times, not those above.
 ///
 /// A bare repository a command makes (`git init --bare sub`: `HEAD`, `objects/` and `refs/`
-/// in a folder) counts as the folder itself: git uses one it finds as the current folder,
-/// hooks and settings included. A folder that cannot be listed (`chmod 111 sub`, which
+/// in a folder, as git tells one: [`is_bare_repository`]) counts as the folder itself: git
+/// uses one it finds as the current folder, hooks and settings included. The root made one
+/// is told apart ([`Repositories::root_made_bare`]). A folder that cannot be listed (`chmod 111 sub`, which
 /// still lets the user `cd` there) is checked by looking its `.git`, `HEAD`, `objects` and
 /// `refs` up by name, which needs only search permission; where even that fails it is
 /// reported as unchecked, and the walk as incomplete.
@@ -993,19 +1031,73 @@ impl Default for GitProbe {
     }
 }
 
-/// Whether `names` (those of a folder's entries, with whether each is a folder) make the
-/// folder a bare repository as git tells one: `HEAD`, `objects/` and `refs/`.
-fn is_bare_repository(names: impl IntoIterator<Item = (std::ffi::OsString, bool)>) -> bool {
+/// Whether `dir`, one of whose entries' names are `names`, is a repository as git tells one
+/// (its `is_git_directory`): `objects` and `refs` folders (a symlink to one counts, as git
+/// follows it) and a `HEAD` that [`is_head`] accepts. A folder that merely has entries of
+/// those names (`mkdir -p x/objects x/refs; echo hi > x/HEAD`) is none, and is left alone.
+fn is_bare_repository(dir: &Path, names: impl IntoIterator<Item = std::ffi::OsString>) -> bool {
     let (mut head, mut objects, mut refs) = (false, false, false);
-    for (name, is_dir) in names {
+    for name in names {
         match name.to_str() {
             Some("HEAD") => head = true,
-            Some("objects") => objects |= is_dir,
-            Some("refs") => refs |= is_dir,
+            Some("objects") => objects = true,
+            Some("refs") => refs = true,
             _ => {}
         }
     }
-    head && objects && refs
+    let is_dir = |name: &str| std::fs::metadata(dir.join(name)).is_ok_and(|m| m.is_dir());
+    head && objects && refs && is_dir("objects") && is_dir("refs") && is_head(&dir.join("HEAD"))
+}
+
+/// Whether `path` is a `HEAD` git accepts (its `validate_headref`): a symlink to `refs/...`,
+/// or a file that reads `ref: refs/...` or starts with an object id of 40 or 64 hex
+/// digits. One that cannot be read for want of permission counts as one: a `chmod` later
+/// (the user's, or a command's) would make it so.
+fn is_head(path: &Path) -> bool {
+    use std::io::Read as _;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return false };
+    if meta.is_symlink() {
+        return std::fs::read_link(path)
+            .is_ok_and(|target| target.as_os_str().as_encoded_bytes().starts_with(b"refs/"));
+    }
+    let mut start = Vec::with_capacity(255);
+    let read = std::fs::File::open(path).and_then(|f| f.take(255).read_to_end(&mut start));
+    match read {
+        Ok(_) => {}
+        Err(e) => return e.kind() == std::io::ErrorKind::PermissionDenied,
+    }
+    if let Some(name) = start.strip_prefix(b"ref:") {
+        let name = name.trim_ascii_start();
+        if name.starts_with(b"refs/") {
+            return true;
+        }
+    }
+    // Git reads the id's 40 (SHA-1) or 64 (SHA-256) digits and looks no further.
+    start.iter().take_while(|b| b.is_ascii_hexdigit()).count() >= 40
+}
+
+/// The names `git init --bare` makes in a folder (and those git adds later): what is moved
+/// aside when a command makes the workspace root itself a bare repository.
+const BARE_PIECES: [&str; 9] = [
+    "HEAD",
+    "config",
+    "description",
+    "hooks",
+    "info",
+    "objects",
+    "refs",
+    "branches",
+    "packed-refs",
+];
+
+/// Which of [`BARE_PIECES`] are at `root` now, and whether they make it a repository.
+fn root_pieces(root: &Path) -> (Vec<&'static str>, bool) {
+    let there: Vec<&'static str> = BARE_PIECES
+        .into_iter()
+        .filter(|name| std::fs::symlink_metadata(root.join(name)).is_ok())
+        .collect();
+    let repository = is_bare_repository(root, there.iter().map(std::ffi::OsString::from));
+    (there, repository)
 }
 
 fn git_entries_with(root: &Path, limit: std::time::Duration, probe: &GitProbe) -> GitEntries {
@@ -1024,14 +1116,14 @@ fn git_entries_with(root: &Path, limit: std::time::Duration, probe: &GitProbe) -
                 match (probe.lstat)(&git) {
                     Ok(_) => walked.found.push(git),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        let named = ["HEAD", "objects", "refs"].map(|name| {
-                            (probe.lstat)(&dir.join(name)).map(|m| (name.into(), m.is_dir()))
-                        });
+                        let named = ["HEAD", "objects", "refs"]
+                            .map(|name| (probe.lstat)(&dir.join(name)).map(|_| name.into()));
                         if named.iter().any(|n| {
                             n.as_ref().is_err_and(|e| e.kind() != std::io::ErrorKind::NotFound)
                         }) {
                             walked.unchecked.push(dir);
-                        } else if is_bare_repository(named.into_iter().filter_map(Result::ok)) {
+                        } else if is_bare_repository(&dir, named.into_iter().filter_map(Result::ok))
+                        {
                             walked.found.push(dir);
                         }
                     }
@@ -1048,7 +1140,7 @@ fn git_entries_with(root: &Path, limit: std::time::Duration, probe: &GitProbe) -
                 return walked;
             }
             let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-            names.push((entry.file_name(), is_dir));
+            names.push(entry.file_name());
             if entry.file_name() == ".git" {
                 if dir != root {
                     walked.found.push(entry.path());
@@ -1058,7 +1150,7 @@ fn git_entries_with(root: &Path, limit: std::time::Duration, probe: &GitProbe) -
             }
         }
         // A bare repository is moved aside whole: its objects are not walked.
-        if dir != root && is_bare_repository(names) {
+        if dir != root && is_bare_repository(&dir, names) {
             walked.found.push(dir);
         } else {
             folders.extend(subfolders);
@@ -1407,6 +1499,86 @@ mod tests {
         std::fs::write(root.join("old/.git/index.lock"), "").unwrap();
         std::fs::create_dir_all(root.join("new/.git")).unwrap();
         assert_eq!(second.made(root), (vec![root.join("new/.git")], true, vec![]));
+    }
+
+    /// A folder is a bare repository as git tells one, not by the names of its entries
+    /// alone.
+    #[test]
+    fn a_bare_repository_is_told_as_git_tells_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let folder = |name: &str, head: Option<&str>| {
+            let dir = root.join(name);
+            std::fs::create_dir_all(dir.join("objects")).unwrap();
+            std::fs::create_dir_all(dir.join("refs")).unwrap();
+            if let Some(head) = head {
+                std::fs::write(dir.join("HEAD"), head).unwrap();
+            }
+            dir
+        };
+        let bare = |dir: &Path| {
+            let names = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name());
+            is_bare_repository(dir, names)
+        };
+        for (head, expected) in [
+            ("ref: refs/heads/main\n", true),
+            ("ref:refs/heads/main", true),
+            ("ref: \t refs/heads/.invalid\n", true),
+            (&format!("{}\n", "a".repeat(40)), true),
+            (&"0123456789abcdef".repeat(4), true),
+            ("hi\n", false),
+            ("ref: heads/main\n", false),
+            (&"a".repeat(39), false),
+            ("", false),
+        ] {
+            let dir = folder("x", Some(head));
+            assert_eq!(bare(&dir), expected, "HEAD {head:?}");
+        }
+        // No HEAD, a folder as HEAD, `objects` a file: none. A symlink HEAD into `refs/`, or
+        // `objects` a symlink to a folder (git follows it): one.
+        let dir = folder("none", None);
+        assert!(!bare(&dir));
+        std::fs::create_dir(dir.join("HEAD")).unwrap();
+        assert!(!bare(&dir));
+        let dir = folder("file", Some("ref: refs/heads/main\n"));
+        std::fs::remove_dir(dir.join("objects")).unwrap();
+        std::fs::write(dir.join("objects"), "").unwrap();
+        assert!(!bare(&dir));
+        let dir = folder("links", None);
+        std::os::unix::fs::symlink("refs/heads/main", dir.join("HEAD")).unwrap();
+        std::fs::remove_dir(dir.join("objects")).unwrap();
+        std::fs::create_dir(root.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere"), dir.join("objects")).unwrap();
+        assert!(bare(&dir));
+        std::fs::remove_file(dir.join("HEAD")).unwrap();
+        std::os::unix::fs::symlink("heads/main", dir.join("HEAD")).unwrap();
+        assert!(!bare(&dir));
+    }
+
+    /// The root made a bare repository is told by its pieces, the walk aside: those the
+    /// command made go, and a `HEAD` of the user's it rewrote; a root that was one stays.
+    #[test]
+    fn the_root_made_a_bare_repository_is_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("refs")).unwrap();
+        std::fs::write(root.join("HEAD"), "the user's notes\n").unwrap();
+        let walks = std::sync::Arc::new(RepositoryWalks::default());
+        let repositories = Repositories::before(root, walks.clone());
+        std::fs::create_dir(root.join("objects")).unwrap();
+        std::fs::write(root.join("config"), "[core]\n").unwrap();
+        assert!(repositories.root_made_bare(root).is_empty(), "HEAD is no HEAD yet");
+        std::fs::write(root.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        // Without `objects` it is none again: the user's `HEAD` stays.
+        let made = repositories.root_made_bare(root);
+        assert_eq!(made, [root.join("config"), root.join("objects")]);
+        let already = Repositories::before(root, walks.clone());
+        assert!(already.root_made_bare(root).is_empty());
+        // Every piece there before, `HEAD` rewritten: it goes.
+        std::fs::write(root.join("HEAD"), "the user's notes\n").unwrap();
+        let repositories = Repositories::before(root, walks);
+        std::fs::write(root.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert_eq!(repositories.root_made_bare(root), [root.join("HEAD")]);
     }
 
     #[test]

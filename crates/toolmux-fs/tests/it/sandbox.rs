@@ -737,6 +737,67 @@ async fn a_repository_a_command_makes_beneath_the_root_is_moved_aside() {
     assert!(!root.join("later/.git").exists());
 }
 
+/// The root itself made a bare repository (`git init --bare .`: `HEAD`, `objects/`,
+/// `refs/`, `config` in the root) has what the command made moved aside, and the result
+/// says so: git took the root for a repository, hooks and settings included. A folder that
+/// only has entries of those names is no repository and stays; a bare one is moved.
+#[tokio::test]
+async fn a_bare_repository_a_command_makes_of_the_root_or_beneath_it_is_moved_aside() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    std::fs::write(root.join("notes.txt"), "the user's\n").unwrap();
+    let bash = BashConfig { sandbox: SandboxConfig::default(), ..BashConfig::default() };
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(bash);
+    let fs = FsProvider::new(config).unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    // Whether git, run by the user at `dir`, takes it for (or inside) a repository; the
+    // folders above the root are not looked at.
+    let is_repository = |dir: &Path| {
+        std::process::Command::new("git")
+            .args(["rev-parse", "--git-dir"])
+            .current_dir(dir)
+            .env("GIT_CEILING_DIRECTORIES", root.parent().unwrap())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    let run = |command: &str| {
+        let fs = &fs;
+        let command = json!({"command": format!("export GIT_CONFIG_GLOBAL=/dev/null; {command}")});
+        async move { fs.call("bash", command, &CallContext::new()).await.unwrap().to_text() }
+    };
+    let text = run("git init -q --bare . && echo made").await;
+    assert!(text.contains("made"), "{text}");
+    assert!(
+        text.contains("[the command made the workspace root itself a bare git repository"),
+        "{text}"
+    );
+    for piece in ["HEAD", "config", "objects", "refs", "hooks"] {
+        let note = format!("`{piece}` (moved to `{piece}.rejected`)");
+        assert!(text.contains(&note), "{note}: {text}");
+        assert!(!root.join(piece).exists() && root.join(format!("{piece}.rejected")).exists());
+    }
+    assert!(!is_repository(&root), "the root is still a repository: {text}");
+    assert_eq!(std::fs::read_to_string(root.join("notes.txt")).unwrap(), "the user's\n");
+    // Names alone make no repository: left as they are. A bare one beneath the root goes.
+    let text =
+        run("mkdir -p x/objects x/refs && echo hi > x/HEAD && git init -q --bare y && echo ok")
+            .await;
+    assert!(text.contains("ok"), "{text}");
+    assert!(!text.contains("`x`"), "{text}");
+    assert!(root.join("x/HEAD").is_file() && !is_repository(&root.join("x")));
+    assert!(text.contains("`y` (moved to `y.rejected`)"), "{text}");
+    assert!(!root.join("y").exists() && root.join("y.rejected/HEAD").is_file());
+}
+
 /// A background task that makes a repository and runs on has it moved aside while it
 /// runs, not only when it ends: when its output is read, and when another command ends
 /// (the user's `git status` and the other tools met it in the meantime).
