@@ -24,13 +24,21 @@ pub enum FileFormat {
 }
 
 impl FileFormat {
-    /// The format of `path` by its extension: `.json` and `.jsonc` are JSON, `.toml` TOML,
-    /// anything else YAML (a superset of JSON's syntax).
+    /// The format of `path` by its extension, whatever its case: `.json` and `.jsonc` are
+    /// JSON, `.toml` TOML, anything else YAML (a superset of JSON's syntax).
     pub fn of(path: &Path) -> FileFormat {
-        match path.extension().and_then(|e| e.to_str()) {
-            Some("json" | "jsonc") => FileFormat::Json,
-            Some("toml") => FileFormat::Toml,
-            _ => FileFormat::Yaml,
+        FileFormat::by_extension(path).unwrap_or(FileFormat::Yaml)
+    }
+
+    /// The format `path`'s extension names, whatever its case (`x.JSON` is JSON); `None`
+    /// for an extension that names none, or none.
+    fn by_extension(path: &Path) -> Option<FileFormat> {
+        let extension = path.extension()?.to_str()?.to_ascii_lowercase();
+        match extension.as_str() {
+            "json" | "jsonc" => Some(FileFormat::Json),
+            "toml" => Some(FileFormat::Toml),
+            "yaml" | "yml" => Some(FileFormat::Yaml),
+            _ => None,
         }
     }
 
@@ -257,8 +265,24 @@ pub(super) fn read(
     let text = super::file::read_regular(path, super::file::FileRole::Config)
         .map_err(|source| ToolmuxError::Read { file: shown.to_owned(), source })?;
     let base_dir = path.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
-    let (loaded, value) =
-        load_text(&text, FileFormat::of(path), Some(path), shown, &base_dir, env)?;
+    let format = FileFormat::of(path);
+    let (mut loaded, value) = load_text(&text, format, Some(path), shown, &base_dir, env)?;
+    // A file that loads as YAML whatever its name says deserves a word: `toolmux.conf`
+    // holding JSON with comments would have failed as YAML. (A file that fails says
+    // `invalid YAML` already.)
+    if FileFormat::by_extension(path).is_none() {
+        let named = match path.extension() {
+            Some(extension) => format!("its extension `.{}`", extension.to_string_lossy()),
+            None => "it has no extension, which".to_owned(),
+        };
+        loaded.warnings.push(
+            words::printable(&format!(
+                "{shown}: read as YAML: {named} names no format (name it .yaml, .yml, .json, \
+             .jsonc or .toml to say which)"
+            ))
+            .into_owned(),
+        );
+    }
     let layer = super::Layer { kind: super::LayerKind::Project, path: path.to_path_buf() };
     Ok((Loaded { path: Some(path.to_path_buf()), layers: vec![layer], ..loaded }, value))
 }

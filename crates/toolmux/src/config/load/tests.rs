@@ -1110,3 +1110,35 @@ fn settings_that_cannot_work_are_refused_with_their_line() {
         "mcpServers:\n  a: {type: stdio, url: 'http://h/', enabled: false}\n  b: {command: x, url: 'http://h/'}\n",
     );
 }
+
+/// A file's format is told by its extension whatever its case: `TOOLMUX.JSON` with a
+/// comment was read as YAML and failed; a file whose extension names no format loads as
+/// YAML with a warning saying so.
+#[test]
+fn the_format_by_extension_whatever_its_case() {
+    let json = "{\n  // comment\n  \"mcpServers\": {\"a\": {\"command\": \"x\"},}\n}\n";
+    for name in ["TOOLMUX.JSON", "toolmux.Jsonc"] {
+        let (_dir, loaded) = load_file(name, json);
+        let loaded = loaded.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(loaded.config.mcp_servers["a"].command.as_deref(), Some("x"));
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    }
+    assert_eq!(FileFormat::of(Path::new("a.TOML")), FileFormat::Toml);
+    assert_eq!(FileFormat::of(Path::new("a.YML")), FileFormat::Yaml);
+    let (_dir, loaded) = load_file("toolmux.conf", "mcpServers:\n  a: {command: x}\n");
+    let loaded = loaded.unwrap_or_else(|e| panic!("{e}"));
+    expect![[r#"
+        [
+            "toolmux.conf: read as YAML: its extension `.conf` names no format (name it .yaml, .yml, .json, .jsonc or .toml to say which)",
+        ]
+    "#]]
+    .assert_debug_eq(&loaded.warnings);
+    let (_dir, loaded) = load_file("toolmux", "fs: {}\n");
+    let loaded = loaded.unwrap_or_else(|e| panic!("{e}"));
+    expect![[r#"
+        [
+            "toolmux: read as YAML: it has no extension, which names no format (name it .yaml, .yml, .json, .jsonc or .toml to say which)",
+        ]
+    "#]]
+    .assert_debug_eq(&loaded.warnings);
+}
