@@ -19,6 +19,13 @@
 //! after toolmux has killed it and before the leader is reaped ([`LeaderExit`] waits for
 //! the leader's exit without reaping it); the watchman therefore never holds the id of a
 //! group that could be someone else's.
+//!
+//! A stdio MCP server (toolmux-mcp) is the one exception: its exit status must be read as
+//! it always was (the reaper waits on the leader and reaps it, and a daemon holding its
+//! stdout must not delay that), so its group is released just after the reap and the
+//! group kill that follows it. Between the reap and the release the id could, in
+//! principle, be given to a new process group; the watchman would kill that group only if
+//! toolmux died in that same instant. The group kill after the reap had the same window.
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
@@ -54,7 +61,8 @@ const GUARD_VAR: &str = "TOOLMUX_GROUP_GUARD";
 static WATCH: Mutex<Watch> = Mutex::new(Watch { watchman: None, groups: BTreeSet::new() });
 
 /// A process group listed with the watchman; dropping it releases the group (`-PGID`).
-/// Drop it once the group is dead and before its leader is reaped.
+/// Drop it once the group is dead and, where the caller can, before its leader is reaped
+/// (see the module's note on stdio MCP servers for the one caller that cannot).
 #[derive(Debug)]
 pub struct GroupGuard {
     /// Invariant: above 1, and listed in [`WATCH`]'s `groups` while this guard lives.
