@@ -371,6 +371,17 @@ fn load_text(
                 .to_owned(),
         ));
     }
+    // Top-level `x-*` keys are the file's own, as in Docker Compose: holders of YAML anchors
+    // (`x-common: &common`) that settings merge or name. They are no settings.
+    let mut value = value;
+    let extensions = match &mut value {
+        serde_json::Value::Object(top) => {
+            let before = top.len();
+            top.retain(|key, _| !is_extension_key(key));
+            before - top.len()
+        }
+        _ => 0,
+    };
     // A file of nothing but comments is an empty configuration.
     if value.is_null() {
         let loaded = Loaded {
@@ -438,8 +449,9 @@ fn load_text(
         error(position, words::not_settings(&misshapen.path, &misshapen.found))
     })?;
     // The typed model straight from the text: unknown keys and wrong types with a line
-    // (a YAML file that merges mappings is read from its merged value, by path only).
-    if !(format == FileFormat::Yaml && has_merge_keys(text)) {
+    // (a YAML file that merges mappings, or one with `x-*` keys the text still holds, is
+    // read from its value, its errors placed by their key).
+    if extensions == 0 && !(format == FileFormat::Yaml && has_merge_keys(text)) {
         typed::<Config>(text, format).map_err(|e| error(e.position, e.message))?;
     }
     let source = Source { text, format, shown, base_dir, env };
@@ -691,6 +703,12 @@ fn key_at(text: &str, form: &str) -> Option<usize> {
         let before = text[..at].trim_end_matches([' ', '\t']);
         before.is_empty() || before.ends_with(['\n', '{', ',', '-'])
     })
+}
+
+/// Whether `key`, at the top level, is one of the file's own that toolmux ignores: `x-`
+/// and more (`x-common`), as Docker Compose's extension fields.
+pub(super) fn is_extension_key(key: &str) -> bool {
+    key.len() > 2 && key.starts_with("x-")
 }
 
 /// Whether YAML `text` may use merge keys (`<<:`).

@@ -1293,12 +1293,17 @@ pub fn schema() -> serde_json::Value {
 }
 
 /// What serde's attributes let the loader read beyond the types, which the derived schema
-/// does not say, so that an editor does not flag a file toolmux loads: VS Code's `servers`,
+/// does not say, so that an editor does not flag a file toolmux loads: top-level `x-*`
+/// keys, VS Code's `servers`,
 /// `transport` for `type` and its other spellings (`streamable-http`, `ws`), and numbers and
 /// booleans where text is read (`args: [--port, 8080]`).
 fn accept_what_the_loader_accepts(schema: &mut serde_json::Value) {
     use serde_json::{Value, json};
     let scalar = json!({"type": ["string", "number", "boolean"]});
+    // Top-level `x-*` keys are ignored (anchor holders, as in Docker Compose).
+    schema["patternProperties"] = json!({"^x-.": {
+        "description": "Ignored by toolmux: a place for YAML anchors (`x-common: &common`) that settings merge or name, as Docker Compose's extension fields."
+    }});
     if let Some(servers) = schema.pointer("/properties/mcpServers").cloned() {
         let mut servers = servers;
         servers["description"] = "VS Code's spelling of `mcpServers`.".into();

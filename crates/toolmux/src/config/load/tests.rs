@@ -1142,3 +1142,33 @@ fn the_format_by_extension_whatever_its_case() {
     "#]]
     .assert_debug_eq(&loaded.warnings);
 }
+
+/// Top-level `x-*` keys hold YAML anchors, as in Docker Compose, and are ignored, where
+/// they were refused as unknown keys; other unknown keys are still refused with a
+/// suggestion, and errors in such a file still have their line.
+#[test]
+fn top_level_x_keys_are_ignored() {
+    let loaded = loads(
+        FileFormat::Yaml,
+        "x-common: &common\n  command: x\n  env: {A: '1'}\nx-args: &args [--verbose]\nmcpServers:\n  a:\n    <<: *common\n  b:\n    command: y\n    args: *args\n",
+    );
+    let servers = &loaded.config.mcp_servers;
+    assert_eq!((servers["a"].command.as_deref(), servers["a"].env["A"].as_str()), (Some("x"), "1"));
+    assert_eq!(servers["b"].args, ["--verbose"]);
+    assert!(
+        loads(FileFormat::Json, "{\"x-note\": {\"any\": [1]}, \"fs\": {}}").config.fs.is_some()
+    );
+    yaml_error(
+        "x-a: 1\nfs:\n  rooot: /x\n",
+        expect!["toolmux.yaml:3:3: unknown key `rooot` in fs; did you mean `root`?"],
+    );
+    // The valid keys listed depend on the features built.
+    let error =
+        load_as(FileFormat::Yaml, "x: 1\nx-: 2\nfs: {}\n").map(drop).unwrap_err().to_string();
+    assert!(
+        error.starts_with(
+            "toolmux.yaml:1:1: unknown key `x` at the top level; valid keys: $schema,"
+        ),
+        "{error}"
+    );
+}
