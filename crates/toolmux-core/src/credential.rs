@@ -41,10 +41,10 @@ pub fn words(name: &str) -> impl Iterator<Item = String> + '_ {
 }
 
 /// Whether a word (upper case, as [`words`] gives it) names a credential: one of
-/// [`CREDENTIAL_WORDS`], one ending in one of [`CREDENTIAL_COMPOUNDS`] (`PHPSESSIONID`,
+/// `CREDENTIAL_WORDS`, one ending in one of `CREDENTIAL_COMPOUNDS` (`PHPSESSIONID`,
 /// `XAUTHORITY`), or one ending in `TOKEN`, `SECRET`, `PASSWORD`, `PASSWD` or `AUTH`
 /// (`GITHUBTOKEN`, `PGPASSWORD`, `BASICAUTH`), endings no ordinary word has, or in `KEY`
-/// unless it is one of the ordinary words of [`ORDINARY_KEY_WORDS`] (`GOOGLEAPIKEY`,
+/// unless it is one of the ordinary words of `ORDINARY_KEY_WORDS` (`GOOGLEAPIKEY`,
 /// `SSHKEY`, but not `MONKEY`). `PASS` counts only as a whole word, as so many words end
 /// in it. Digits at its end are passed over (`TOKEN2`, `KEY1`), as a number after the
 /// word tells credentials apart.
