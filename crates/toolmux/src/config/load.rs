@@ -480,9 +480,12 @@ fn load_text(
         ));
     }
     for input in &found.inputs {
-        warnings.push(format!(
-            "{shown}: {input} is left as it is: toolmux cannot prompt; use ${{env:VAR}} instead"
-        ));
+        warnings.push(
+            words::printable(&format!(
+                "{shown}: {input} is left as it is: toolmux cannot prompt; use ${{env:VAR}} instead"
+            ))
+            .into_owned(),
+        );
     }
     #[allow(unused_mut)]
     let mut secrets = found.secrets;
@@ -1047,7 +1050,7 @@ mod nesting;
 #[cfg(all(feature = "mcp", feature = "fs"))]
 mod seed_tools;
 mod shape;
-mod words;
+pub(super) mod words;
 
 // The tests load files with every section, so they need every provider's feature.
 #[cfg(all(test, feature = "fs", feature = "mcp", feature = "rest"))]

@@ -302,7 +302,10 @@ impl ServeSection {
         let Some(name) = &self.client else { return Ok(None) };
         ClientProfile::from_name(name).map(Some).ok_or_else(|| {
             let names: Vec<&str> = ClientProfile::ALL.iter().map(|(name, _)| *name).collect();
-            format!("no client profile `{name}`; the profiles are: {}", names.join(", "))
+            // The name is the file's: a control character in it is shown escaped.
+            let message =
+                format!("no client profile `{name}`; the profiles are: {}", names.join(", "));
+            load::words::printable(&message).into_owned()
         })
     }
 }
@@ -785,11 +788,13 @@ impl McpServerEntry {
             .map(String::as_str)
             .collect();
         if !approved.is_empty() {
-            warnings.push(format!(
+            let warning = format!(
                 "{at}: autoApprove/alwaysAllow ({}) is not used: toolmux's `permissions` decide \
                  which calls run without approval (`permissions.allow`)",
                 approved.join(", ")
-            ));
+            );
+            // The names are the file's: a control character in them is shown escaped.
+            warnings.push(load::words::printable(&warning).into_owned());
         }
     }
 }
@@ -1133,10 +1138,11 @@ impl HooksSection {
                         ),
                         None => "toolmux has no such tool".to_owned(),
                     };
-                    warnings.push(format!(
+                    let warning = format!(
                         "hooks.{event}[{i}].matcher: `{name}` is Claude Code's name for one of \
                          its own tools and matches no toolmux tool; {instead}"
-                    ));
+                    );
+                    warnings.push(load::words::printable(&warning).into_owned());
                 }
             }
         }

@@ -1172,3 +1172,20 @@ fn top_level_x_keys_are_ignored() {
         "{error}"
     );
 }
+
+/// The messages and warnings the model's own code words (an unknown client profile, unused
+/// `autoApprove` names, a `${input:…}` left as it is) show a control character of the file
+/// escaped, as the parser's errors do, where a terminal received it as it was.
+#[test]
+fn messages_of_the_model_escape_control_characters() {
+    let loaded = loads(
+        FileFormat::Json,
+        r#"{"serve": {"client": "cl\u001b[2J"}, "mcpServers": {"a": {"command": "x", "autoApprove": ["t\u0007"], "args": ["${input:k\u001b}"]}}}"#,
+    );
+    let profile = loaded.config.serve.client_profile();
+    let Err(message) = profile else { panic!("{profile:?}") };
+    assert!(message.starts_with("no client profile `cl\\u{1b}[2J`;"), "{message}");
+    let warnings = loaded.warnings.join("\n");
+    assert!(!warnings.chars().any(|c| c.is_control() && c != '\n'), "{warnings:?}");
+    assert!(warnings.contains("(t\\u{7})") && warnings.contains("${input:k\\u{1b}}"), "{warnings}");
+}
