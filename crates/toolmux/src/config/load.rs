@@ -732,10 +732,47 @@ fn check_unique_keys(text: &str, format: FileFormat) -> Result<(), Located> {
             unique::Unique::deserialize(&mut de).map(drop).map_err(|e| json_error(&e))
         }
         FileFormat::Yaml => {
-            serde_yaml_ng::from_str::<unique::Unique>(text).map(drop).map_err(|e| yaml_error(&e))
+            serde_yaml_ng::from_str::<unique::Unique>(text).map(drop).map_err(|e| {
+                let mut located = yaml_error(&e);
+                // The YAML parser places the error at the mapping's start (1:1 for the top
+                // level): the key's second occurrence is what to look at.
+                if let Some(position) = located.position
+                    && let Some(key) = unique::twice(&located.message)
+                {
+                    located.position = second_key(text, position, key).or(Some(position));
+                }
+                located
+            })
         }
         FileFormat::Toml => Ok(()),
     }
+}
+
+/// Line and column of the second occurrence of `key` in the block mapping of YAML `text`
+/// whose first key stands at `start`: the lines at its indentation, until one less indented.
+/// `None` when not found so (a flow mapping, a key written in quotes of another kind).
+fn second_key(text: &str, start: (usize, usize), key: &str) -> Option<(usize, usize)> {
+    let (line, column) = start;
+    let indent = column - 1;
+    let forms = [format!("{key}:"), format!("\"{key}\":"), format!("'{key}':")];
+    let mut seen = 0;
+    for (i, text_line) in text.lines().enumerate().skip(line - 1) {
+        let content = text_line.trim_start_matches([' ', '-']);
+        let at = text_line.len() - content.len();
+        if content.is_empty() || content.starts_with('#') {
+            continue;
+        }
+        if i + 1 > line && at < indent {
+            return None;
+        }
+        if at == indent && forms.iter().any(|form| content.starts_with(form.as_str())) {
+            seen += 1;
+            if seen == 2 {
+                return Some((i + 1, column));
+            }
+        }
+    }
+    None
 }
 
 /// A document read only to find keys given twice in an object ([`check_unique_keys`]).
@@ -803,6 +840,13 @@ mod unique {
             }
             Ok(Unique)
         }
+    }
+
+    /// The key the message of a key given twice names.
+    pub(super) fn twice(message: &str) -> Option<&str> {
+        let rest = &message[message.find("key `")? + "key `".len()..];
+        let (key, rest) = rest.split_once('`')?;
+        rest.starts_with(" is given twice").then_some(key)
     }
 
     /// A key's text, whatever scalar it is.

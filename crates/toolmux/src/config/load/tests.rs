@@ -1189,3 +1189,33 @@ fn messages_of_the_model_escape_control_characters() {
     assert!(!warnings.chars().any(|c| c.is_control() && c != '\n'), "{warnings:?}");
     assert!(warnings.contains("(t\\u{7})") && warnings.contains("${input:k\\u{1b}}"), "{warnings}");
 }
+
+/// A key given twice is shown at its second occurrence, where YAML's was shown at the
+/// start of its mapping (1:1 for the top level).
+#[test]
+fn a_key_given_twice_is_shown_where_it_comes_again() {
+    yaml_error(
+        "# servers\nmcpServers:\n  a:\n    command: x\n\n  b: {command: y}\n  # a again\n  a:\n    command: z\n",
+        expect![
+            "toolmux.yaml:8:3: mcpServers: key `a` is given twice in one object: keep one (the last would win)"
+        ],
+    );
+    yaml_error(
+        "fs: {}\nqueues: {q: {concurrent: 1}}\nfs: {}\n",
+        expect![
+            "toolmux.yaml:3:1: key `fs` is given twice in one object: keep one (the last would win)"
+        ],
+    );
+    yaml_error(
+        "agents:\n  - fs: {}\n    fs: {}\n",
+        expect![
+            "toolmux.yaml:3:5: agents[0]: key `fs` is given twice in one object: keep one (the last would win)"
+        ],
+    );
+    json_error(
+        "{\"fs\": {},\n \"fs\": {}}",
+        expect![
+            "toolmux.json:2:5: key `fs` is given twice in one object: keep one (the last would win)"
+        ],
+    );
+}
