@@ -452,7 +452,12 @@ fn load_text(
     // (a YAML file that merges mappings, or one with `x-*` keys the text still holds, is
     // read from its value, its errors placed by their key).
     if extensions == 0 && !(format == FileFormat::Yaml && has_merge_keys(text)) {
-        typed::<Config>(text, format).map_err(|e| error(e.position, e.message))?;
+        // A value that is a reference (`concurrent: ${SLOTS}`) is typed once expanded.
+        if let Err((path, e)) = typed_at::<Config>(text, format)
+            && !at_path(&value, &path).and_then(|v| v.as_str()).is_some_and(|v| v.contains("${"))
+        {
+            return Err(error(e.position, e.message));
+        }
     }
     let source = Source { text, format, shown, base_dir, env };
     #[allow(unused_mut)]
@@ -562,6 +567,7 @@ fn expand_into<T: DeserializeOwned>(
     source: &Source<'_>,
 ) -> Result<(T, env::Expansion, serde_json::Value), ToolmuxError> {
     let workspace = workspace_folder(source.base_dir);
+    let written = value.clone();
     let found = env::expand(&mut value, source.env, &workspace).map_err(|e| match e {
         env::ExpandError::Unterminated { path } => source.error(
             value_position(source.text, &path).or_else(|| key_position(source.text, &path)),
@@ -590,13 +596,84 @@ fn expand_into<T: DeserializeOwned>(
             )
         }
     })?;
-    let typed: T = serde_path_to_error::deserialize(&value).map_err(|e| {
+    // A number or a boolean from the environment (`concurrent: ${SLOTS}`) is a string once
+    // expanded: where the model wants another type, a string that was written as a
+    // reference is read as YAML reads a plain scalar, as it would have been written there.
+    // Each pass mends one value; a file has far fewer than the bound.
+    for _ in 0..10_000 {
+        let e = match serde_path_to_error::deserialize::<_, T>(&value) {
+            Ok(typed) => return Ok((typed, found, value)),
+            Err(e) => e,
+        };
         let path = e.path().to_string();
-        // Read from the parsed value, which knows no lines: the key's line is looked up.
-        let position = key_position(source.text, &path);
-        source.error(position, describe(&path, &e.into_inner().to_string()))
-    })?;
-    Ok((typed, found, value))
+        let mended = at_path(&written, &path)
+            .and_then(serde_json::Value::as_str)
+            .filter(|text| text.contains("${"))
+            .and_then(|_| at_path(&value, &path)?.as_str())
+            .and_then(|text| serde_yaml_ng::from_str::<serde_json::Value>(text).ok())
+            .filter(|v| v.is_number() || v.is_boolean());
+        match (mended, at_path_mut(&mut value, &path)) {
+            (Some(mended), Some(slot)) => *slot = mended,
+            _ => {
+                // Read from the parsed value, which knows no lines: the key's line is looked
+                // up.
+                let position = key_position(source.text, &path);
+                let mut message = describe(&path, &e.into_inner().to_string());
+                // A value from the environment may be a credential: the reference as
+                // written is shown in its place.
+                let written = at_path(&written, &path).and_then(serde_json::Value::as_str);
+                let expanded = at_path(&value, &path).and_then(serde_json::Value::as_str);
+                if let (Some(written), Some(expanded)) = (written, expanded)
+                    && written.contains("${")
+                {
+                    let quoted = format!("{expanded:?}");
+                    message = if message.contains(&quoted) {
+                        message.replace(&quoted, &format!("{written:?} as expanded"))
+                    } else {
+                        format!("{path}: {written:?} as expanded does not fit here")
+                    };
+                }
+                return Err(source.error(position, message));
+            }
+        }
+    }
+    Err(source.error(None, "too many values from the environment to type".to_owned()))
+}
+
+/// The parts of a serde path (`mcpServers.a.args[0]`): keys and list indices.
+fn path_steps(path: &str) -> Vec<Result<&str, usize>> {
+    let mut steps = Vec::new();
+    for part in path.split('.').filter(|p| !p.is_empty()) {
+        let mut pieces = part.split('[');
+        if let Some(key) = pieces.next().filter(|k| !k.is_empty()) {
+            steps.push(Ok(key));
+        }
+        for index in pieces {
+            if let Ok(i) = index.trim_end_matches(']').parse() {
+                steps.push(Err(i));
+            }
+        }
+    }
+    steps
+}
+
+/// The value at a serde path in `value`.
+fn at_path<'v>(value: &'v serde_json::Value, path: &str) -> Option<&'v serde_json::Value> {
+    path_steps(path).into_iter().try_fold(value, |v, step| match step {
+        Ok(key) => v.get(key),
+        Err(i) => v.get(i),
+    })
+}
+
+/// The value at a serde path in `value`, to change.
+fn at_path_mut<'v>(
+    value: &'v mut serde_json::Value,
+    path: &str,
+) -> Option<&'v mut serde_json::Value> {
+    path_steps(path).into_iter().try_fold(value, |v, step| match step {
+        Ok(key) => v.get_mut(key),
+        Err(i) => v.get_mut(i),
+    })
 }
 
 /// The error for variables unset without a default: the first's line, all of their names.
@@ -897,6 +974,11 @@ mod unique {
 }
 
 fn typed<T: DeserializeOwned>(text: &str, format: FileFormat) -> Result<T, Located> {
+    typed_at(text, format).map_err(|(_, located)| located)
+}
+
+/// [`typed`], with the path of the value at fault (`queues.q.concurrent`).
+fn typed_at<T: DeserializeOwned>(text: &str, format: FileFormat) -> Result<T, (String, Located)> {
     let (path, mut located) = match format {
         FileFormat::Json => {
             let mut de = serde_json::Deserializer::from_str(text);
@@ -926,7 +1008,7 @@ fn typed<T: DeserializeOwned>(text: &str, format: FileFormat) -> Result<T, Locat
             }
         }
         FileFormat::Toml => {
-            let value = parse(text, format)?;
+            let value = parse(text, format).map_err(|e| (String::new(), e))?;
             match serde_path_to_error::deserialize(value) {
                 Ok(value) => return Ok(value),
                 Err(e) => {
@@ -938,7 +1020,7 @@ fn typed<T: DeserializeOwned>(text: &str, format: FileFormat) -> Result<T, Locat
         }
     };
     located.message = describe(&path, &located.message);
-    Err(located)
+    Err((path, located))
 }
 
 fn json_error(e: &serde_json::Error) -> Located {

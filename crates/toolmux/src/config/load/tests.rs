@@ -1219,3 +1219,38 @@ fn a_key_given_twice_is_shown_where_it_comes_again() {
         ],
     );
 }
+
+/// Numbers, booleans and enum values may come from the environment: the reference is typed
+/// once expanded, where `concurrent: ${SLOTS}` was refused as a string and `type: ${T}` as
+/// an unknown value. A value that still does not fit is an error naming the key and its
+/// line.
+#[test]
+fn numbers_booleans_and_enums_are_expanded_before_typing() {
+    let loaded = loads(
+        FileFormat::Yaml,
+        "queues:\n  q: {concurrent: '${PORT}', waitTimeoutMs: '${NOPE:-250}'}\nmcpServers:\n  a: {type: '${NOPE:-http}', url: 'http://127.0.0.1:${PORT}/mcp', lazy: '${NOPE:-true}'}\n",
+    );
+    let queue = &loaded.config.queues["q"];
+    assert_eq!((queue.concurrent, queue.wait_timeout_ms), (8080, Some(250)));
+    let server = &loaded.config.mcp_servers["a"];
+    assert_eq!(server.transport, Some(toolmux_mcp::TransportKind::Http));
+    assert!(server.lazy);
+    // An error after a reference the text's reading passed over is still found.
+    yaml_error(
+        "queues:\n  q:\n    concurrent: ${PORT}\nfs:\n  rooot: x\n",
+        expect!["toolmux.yaml:5:3: unknown key `rooot` in fs; did you mean `root`?"],
+    );
+    // A value from the environment that does not fit is not shown: it may be a credential.
+    yaml_error(
+        "queues:\n  q:\n    concurrent: ${NOPE:-many}\n",
+        expect![[
+            r#"toolmux.yaml:3:5: queues.q.concurrent: expected a whole number, such as 10; found the string "${NOPE:-many}" as expanded"#
+        ]],
+    );
+    let error =
+        load_as(FileFormat::Yaml, "mcpServers:\n  a: {command: x, lazy: '${GITHUB_TOKEN}'}\n")
+            .map(drop)
+            .unwrap_err()
+            .to_string();
+    assert!(!error.contains("ghp_secret_value") && error.contains("${GITHUB_TOKEN}"), "{error}");
+}
