@@ -7,8 +7,10 @@
 //! package). `cargo xtask bench` installs it. Options: `--quick` (fewer runs, smaller read
 //! file), `--tree DIR` (grep an existing tree instead of the generated one), `--bash` (only
 //! the `bash` comparison), `--protect` (only `bash` with the user's `protect` and `hide`
-//! lines, against without), `--glob` (only `fs__glob` on the tree, beside `rg --files`). The
-//! tables it prints are what BENCHMARKS-fs.md records.
+//! lines, against without), `--glob` (only `fs__glob` on the tree, beside `rg --files`),
+//! `--other-runs` (only `bash` with none and with 500 other runs' output directories in
+//! `/tmp`, each hidden from the command; as root, in a mount namespace of its own with an
+//! empty `/tmp`). The tables it prints are what BENCHMARKS-fs.md records.
 
 use serde_json::json;
 use std::io::{BufWriter, Write};
@@ -41,6 +43,10 @@ fn main() {
         let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/toolmux-fs-bench/tree");
         generate_tree(&tree);
         bash_with_protect_lines(&tree, quick);
+        return;
+    }
+    if args.iter().any(|a| a == "--other-runs") {
+        bash_beside_other_runs(quick);
         return;
     }
     if args.iter().any(|a| a == "--glob") {
@@ -315,6 +321,67 @@ fn bash_with_protect_lines(tree: &Path, quick: bool) {
         ms(median(&mut again))
     )
     .expect("write to stdout");
+}
+
+/// `fs__bash` of `true` where the server hides its output directory from commands, with no
+/// other runs' output directories in `/tmp` and then with 500 (`toolmux-` and eight hex
+/// digits, as a long-lived machine gathers), each of which every command has hidden by a
+/// mount of its own. In a mount namespace of its own with a fresh `/tmp`, so that the
+/// machine's own are not counted and none is left behind.
+fn bash_beside_other_runs(quick: bool) {
+    // Run again inside `unshare -m` with a tmpfs on `/tmp` (lints forbid `unsafe` here).
+    if std::env::var_os("TOOLMUX_BENCH_PRIVATE_TMP").is_none() {
+        let exe = std::env::current_exe().expect("the bench binary");
+        let mut args = vec!["--bench", "--other-runs"];
+        if quick {
+            args.push("--quick");
+        }
+        let status = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c"])
+            .arg("mount -t tmpfs tmpfs /tmp && exec \"$0\" \"$@\"")
+            .arg(exe)
+            .args(args)
+            .env("TOOLMUX_BENCH_PRIVATE_TMP", "1")
+            .env("TMPDIR", "/tmp")
+            .status()
+            .expect("unshare runs");
+        assert!(status.success(), "--other-runs needs root (unshare -m and a tmpfs on /tmp)");
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let root = tempfile::tempdir_in("/tmp").expect("a temporary directory");
+    let outputs = root.path().join("outputs");
+    let config = FsConfig::new(root.path())
+        .with_permissions([toolmux_fs::Permission::Read, toolmux_fs::Permission::Execute])
+        .with_protected(toolmux_fs::ProtectedPath::new(
+            &outputs,
+            toolmux_fs::ProtectedKind::OutputDir,
+        ));
+    let fs = FsProvider::new(config).expect("provider");
+    let runs = if quick { 30 } else { 300 };
+    let call = || {
+        let started = Instant::now();
+        let result = runtime
+            .block_on(fs.call("bash", json!({"command": "true"}), &CallContext::new()))
+            .expect("fs__bash runs");
+        assert!(!result.is_error, "{}", result.to_text());
+        started.elapsed()
+    };
+    call();
+    let mut none: Vec<Duration> = (0..runs).map(|_| call()).collect();
+    for n in 0..500u32 {
+        let dir = format!("/tmp/toolmux-{:08x}", n.wrapping_mul(0x9e37_79b9));
+        std::fs::create_dir(dir).expect("an output directory");
+    }
+    call();
+    let mut many: Vec<Duration> = (0..runs).map(|_| call()).collect();
+    writeln!(out, "| other runs' output directories in `/tmp` | `fs__bash` `true`, median |")
+        .expect("write to stdout");
+    writeln!(out, "|--:|--:|").expect("write to stdout");
+    writeln!(out, "| 0 | {:.2} ms |", ms(median(&mut none))).expect("write to stdout");
+    writeln!(out, "| 500 | {:.2} ms |", ms(median(&mut many))).expect("write to stdout");
 }
 
 /// `fs__glob` on the tree (walk, match, the re-check of each matched name through the root's

@@ -93,13 +93,16 @@ impl ReadOnlyViews {
         // Outer paths first: a view inside a read-only one is mounted after it; one inside
         // a hidden directory is not there to mount (and is hidden with it).
         existing.sort();
-        let mut covered: Vec<&Path> = Vec::new();
+        // Looked up by ancestor, not compared with each: a long-lived machine's `/tmp` holds
+        // hundreds of other runs' output directories, and comparing each with the others
+        // before it cost milliseconds per command.
+        let mut covered: std::collections::HashSet<&Path> = std::collections::HashSet::new();
         existing.retain(|(path, hide)| {
-            if covered.iter().any(|dir| path.starts_with(dir)) {
+            if path.ancestors().skip(1).any(|dir| covered.contains(dir)) {
                 return false;
             }
             if *hide && path.is_dir() {
-                covered.push(path);
+                covered.insert(path);
             }
             true
         });
@@ -160,6 +163,9 @@ impl ReadOnlyViews {
         for pin in &self.pins {
             mount(Some(pin), pin, None, libc::MS_BIND | libc::MS_REC)?;
         }
+        // The first hidden directory's empty tmpfs, bound onto the others: cheaper than a
+        // tmpfs each where hundreds of other runs' output directories are hidden.
+        let mut empty: Option<&CStr> = None;
         for view in &self.views {
             let path = &view.path;
             match view.kind {
@@ -171,11 +177,20 @@ impl ReadOnlyViews {
                 // One removed since it was found (another run's output directory in `/tmp`,
                 // gone with its run) has nothing left to hide.
                 ViewKind::HiddenDirectory => {
-                    let flags =
-                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-                    match mount(Some(c"tmpfs"), path, Some(c"tmpfs"), flags) {
+                    let made = match empty {
+                        Some(empty) => mount(Some(empty), path, None, libc::MS_BIND),
+                        None => {
+                            let flags = libc::MS_RDONLY
+                                | libc::MS_NOSUID
+                                | libc::MS_NODEV
+                                | libc::MS_NOEXEC;
+                            mount(Some(c"tmpfs"), path, Some(c"tmpfs"), flags)
+                        }
+                    };
+                    match made {
                         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                        done => done?,
+                        Err(e) => return Err(e),
+                        Ok(()) => empty = empty.or(Some(path.as_c_str())),
                     }
                 }
                 // Writes go nowhere; reads find nothing.
