@@ -1298,6 +1298,20 @@ pub fn schema() -> serde_json::Value {
     schema
 }
 
+/// Whether a property's schema admits `null`: `type` naming it, or a branch of `anyOf` or
+/// `oneOf` that does.
+pub(crate) fn admits_null(schema: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match schema.get("type") {
+        Some(Value::String(kind)) if kind == "null" => return true,
+        Some(Value::Array(kinds)) if kinds.iter().any(|k| k == "null") => return true,
+        _ => {}
+    }
+    ["anyOf", "oneOf"].iter().any(|key| {
+        schema.get(*key).and_then(Value::as_array).is_some_and(|all| all.iter().any(admits_null))
+    })
+}
+
 /// What serde's attributes let the loader read beyond the types, which the derived schema
 /// does not say, so that an editor does not flag a file toolmux loads: top-level `x-*`
 /// keys, VS Code's `servers`,
@@ -1314,6 +1328,24 @@ fn accept_what_the_loader_accepts(schema: &mut serde_json::Value) {
         let mut servers = servers;
         servers["description"] = "VS Code's spelling of `mcpServers`.".into();
         schema["properties"]["servers"] = servers;
+    }
+    // A section with nothing under it (`fs:`, `mcpServers:` with their entries commented
+    // out) is the section with its defaults to the loader.
+    if let Some(Value::Object(sections)) = schema.get_mut("properties") {
+        for section in sections.values_mut() {
+            if admits_null(section) {
+                continue;
+            }
+            let Value::Object(mut inner) = section.take() else { continue };
+            let mut outer = serde_json::Map::new();
+            for key in ["description", "default"] {
+                if let Some(value) = inner.remove(key) {
+                    outer.insert(key.to_owned(), value);
+                }
+            }
+            outer.insert("anyOf".to_owned(), json!([inner, {"type": "null"}]));
+            *section = Value::Object(outer);
+        }
     }
     if let Some(entry) = schema.pointer_mut("/$defs/McpServerEntry/properties") {
         if let Some(kind) = entry.get("type").cloned() {

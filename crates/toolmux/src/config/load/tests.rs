@@ -1254,3 +1254,26 @@ fn numbers_booleans_and_enums_are_expanded_before_typing() {
             .to_string();
     assert!(!error.contains("ghp_secret_value") && error.contains("${GITHUB_TOKEN}"), "{error}");
 }
+
+/// Every top-level section the loader reads as its defaults when nothing is under it
+/// (`mcpServers:` with its entries commented out) is one the schema lets be `null`, where
+/// the schema refused all but `fs` and editors flagged files toolmux loads.
+#[test]
+fn the_schema_lets_every_section_be_empty_as_the_loader_does() {
+    let schema = crate::config::schema();
+    let sections = schema["properties"].as_object().expect("properties");
+    assert!(sections.len() > 10, "{sections:?}");
+    for (key, section) in sections {
+        if key == "servers" {
+            continue;
+        }
+        let text = format!("{key}:\n");
+        if let Err(e) = load_as(FileFormat::Yaml, &text) {
+            panic!("{key}: {e}");
+        }
+        assert!(crate::config::admits_null(section), "{key}: {section}");
+    }
+    let servers = loads(FileFormat::Yaml, "servers:\n");
+    assert!(servers.config.mcp_servers.is_empty());
+    assert!(crate::config::admits_null(&sections["servers"]));
+}
