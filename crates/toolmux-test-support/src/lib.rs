@@ -32,6 +32,7 @@ pub mod logs;
 pub mod loopback;
 pub mod mock;
 pub mod otlp;
+pub mod procs;
 pub mod redis;
 pub mod terminal;
 

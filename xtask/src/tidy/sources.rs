@@ -31,6 +31,9 @@ pub(super) const SPAWN_ALLOWED: &[&str] = &[
     "crates/toolmux-test-support/src/redis",
     // toolmux-test-support: a test run again under a fresh terminal (util-linux `script`).
     "crates/toolmux-test-support/src/terminal",
+    // toolmux-test-support: a test run again as a child copy that plays a toolmux killed
+    // with SIGKILL.
+    "crates/toolmux-test-support/src/procs",
     // toolmux-external's journal tests (cfg(test) only): the test binary run again as a
     // child that is killed between the steps of a change.
     "crates/toolmux-external/src/journal/tests",

@@ -5,41 +5,11 @@
 use crate::Fixture;
 use serde_json::json;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
+use toolmux_test_support::procs::{ChildCopy, assert_groups_die, live_in_group, wait_for_number};
 
 /// Set in the child copy of the test to the folder it writes its process group ids to.
 const CHILD_VAR: &str = "TOOLMUX_FS_TEST_ORPHANS_DIR";
-
-/// Process ids of group `pgid` that are alive (not zombies: an orphan's parent in a
-/// container may never reap it).
-fn live_in_group(pgid: i32) -> Vec<i32> {
-    let mut live = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        // Fields after the command name (which is in parentheses): state ppid pgrp ...
-        let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else { continue };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.get(2) == Some(&pgid.to_string().as_str()) && !["Z", "X"].contains(&fields[0]) {
-            live.push(pid);
-        }
-    }
-    live
-}
-
-/// Reads the number `dir/name` holds, waiting up to `limit` for it to be written whole.
-fn wait_for_number(dir: &Path, name: &str, limit: Duration) -> i32 {
-    let deadline = Instant::now() + limit;
-    loop {
-        let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
-        if let Some(n) = text.strip_suffix('\n').and_then(|t| t.parse().ok()) {
-            return n;
-        }
-        assert!(Instant::now() < deadline, "{name} was not written within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// The child's part: a provider running a background task and a foreground command, each
 /// writing its process group id, until it is killed.
@@ -66,16 +36,6 @@ async fn hold_commands(dir: &Path) {
     panic!("the foreground command ended before the test killed its provider: {out:?}");
 }
 
-/// The child copy of the test, killed however the test ends (a failed wait included).
-struct ChildCopy(std::process::Child);
-
-impl Drop for ChildCopy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A toolmux killed with `SIGKILL` leaves neither a foreground command nor a background
 /// task running, nor what they started (the `sleep` under `bash`).
 #[test]
@@ -86,38 +46,13 @@ fn commands_die_with_a_killed_toolmux() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "orphans::commands_die_with_a_killed_toolmux", "--nocapture"])
-        .env(CHILD_VAR, dir.path())
-        .spawn()
-        .unwrap();
-    let mut child = ChildCopy(child);
-    let background = wait_for_number(dir.path(), "background.pgid", Duration::from_secs(30));
-    let foreground = wait_for_number(dir.path(), "foreground.pgid", Duration::from_secs(30));
+    let mut child =
+        ChildCopy::spawn("orphans::commands_die_with_a_killed_toolmux", CHILD_VAR, dir.path());
+    let background = wait_for_number(&dir.path().join("background.pgid"), Duration::from_secs(30));
+    let foreground = wait_for_number(&dir.path().join("foreground.pgid"), Duration::from_secs(30));
     assert!(!live_in_group(foreground).is_empty(), "the foreground command is not running");
-    child.0.kill().unwrap();
-    child.0.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = [background, foreground].map(live_in_group);
-        if left.iter().all(Vec::is_empty) {
-            break;
-        }
-        if Instant::now() >= deadline {
-            for pid in left.iter().flatten() {
-                let _ = rustix::process::kill_process(
-                    rustix::process::Pid::from_raw(*pid).unwrap(),
-                    rustix::process::Signal::KILL,
-                );
-            }
-            panic!(
-                "10 s after toolmux was killed, the background task's group {background} still \
-                 had {:?} and the foreground command's group {foreground} {:?}",
-                left[0], left[1]
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    child.kill();
+    assert_groups_die(&[background, foreground], Duration::from_secs(10), "toolmux was killed");
 }
 
 /// The child's part of the next test: three foreground commands at once, each writing its
@@ -137,28 +72,6 @@ async fn hold_three_commands(dir: &Path) {
     panic!("a command ended before the test killed its provider: {a:?} {b:?} {c:?}");
 }
 
-/// Waits up to 10 s for every process of `groups` to be gone; kills what is left and
-/// fails if some are not.
-fn assert_groups_die(groups: &[i32]) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left: Vec<Vec<i32>> = groups.iter().map(|&g| live_in_group(g)).collect();
-        if left.iter().all(Vec::is_empty) {
-            return;
-        }
-        if Instant::now() >= deadline {
-            for pid in left.iter().flatten() {
-                let _ = rustix::process::kill_process(
-                    rustix::process::Pid::from_raw(*pid).unwrap(),
-                    rustix::process::Signal::KILL,
-                );
-            }
-            panic!("10 s after toolmux was killed, the groups {groups:?} still had {left:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Three commands running at once, watched by the one watchman, all die with a toolmux
 /// killed mid-way.
 #[test]
@@ -169,26 +82,22 @@ fn three_commands_at_once_die_with_a_killed_toolmux() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "orphans::three_commands_at_once_die_with_a_killed_toolmux",
-            "--nocapture",
-        ])
-        .env(CHILD_VAR, dir.path())
-        .spawn()
-        .unwrap();
-    let mut child = ChildCopy(child);
+    let mut child = ChildCopy::spawn(
+        "orphans::three_commands_at_once_die_with_a_killed_toolmux",
+        CHILD_VAR,
+        dir.path(),
+    );
     let groups: Vec<i32> = (0..3)
-        .map(|n| wait_for_number(dir.path(), &format!("command-{n}.pgid"), Duration::from_secs(30)))
+        .map(|n| {
+            wait_for_number(&dir.path().join(format!("command-{n}.pgid")), Duration::from_secs(30))
+        })
         .collect();
     for &group in &groups {
         assert!(!live_in_group(group).is_empty(), "command group {group} is not running");
     }
-    assert_eq!(watchmen_of(child.0.id() as i32).len(), 1, "one watchman for the three commands");
-    child.0.kill().unwrap();
-    child.0.wait().unwrap();
-    assert_groups_die(&groups);
+    assert_eq!(watchmen_of(child.id() as i32).len(), 1, "one watchman for the three commands");
+    child.kill();
+    assert_groups_die(&groups, Duration::from_secs(10), "toolmux was killed");
 }
 
 /// The watchmen (`toolmux-group-guard`) among the children of process `parent`, found in

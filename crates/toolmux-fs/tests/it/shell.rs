@@ -5,6 +5,7 @@ use expect_test::expect;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use toolmux_fs::BashConfig;
+use toolmux_test_support::procs::live_in_group;
 
 #[tokio::test]
 async fn stdout_stderr_and_exit_code_separately() {
@@ -80,23 +81,6 @@ async fn timeouts_are_checked() {
     let fx = Fixture::new();
     expect!["invalid arguments for `fs__bash`: at /: timeout 600001 ms is out of range: give 1 to 600000 ms"]
         .assert_eq(&fx.err("bash", json!({"command": "true", "timeout": 600001})).await);
-}
-
-/// Process ids whose process group is `pgid` and that are not zombies.
-fn live_in_group(pgid: i32) -> Vec<i32> {
-    let mut live = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        // Fields after the command name (which is in parentheses): state ppid pgrp ...
-        let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else { continue };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.get(2) == Some(&pgid.to_string().as_str()) && fields[0] != "Z" && fields[0] != "X"
-        {
-            live.push(pid);
-        }
-    }
-    live
 }
 
 /// A command that runs out of time gets `SIGTERM` first and a moment to clean up (its

@@ -5,10 +5,10 @@
 use crate::support;
 use serde_json::json;
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use toolmux_core::{CallContext, ToolProvider};
 use toolmux_mcp::McpProvider;
+use toolmux_test_support::procs::{ChildCopy, assert_groups_die, live_in_group, wait_for_number};
 
 /// Set in the child copy of the test to the file it writes the server's process id to.
 const CHILD_VAR: &str = "TOOLMUX_MCP_TEST_ORPHANS_PID_FILE";
@@ -31,16 +31,6 @@ async fn hold_a_busy_server(pid_file: &Path) {
     panic!("the call ended before the test killed its provider: {out:?}");
 }
 
-/// The child copy of the test, killed however the test ends (a failed wait included).
-struct ChildCopy(std::process::Child);
-
-impl Drop for ChildCopy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A toolmux killed with `SIGKILL` while its stdio server is busy in a call leaves no
 /// process of the server's group running: the watchman it shares with the shell tools
 /// kills the group, where the server ran on, reparented to PID 1, until it next read its
@@ -54,40 +44,11 @@ fn a_busy_server_dies_with_a_killed_toolmux() {
     }
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("server.pid");
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "orphans::a_busy_server_dies_with_a_killed_toolmux", "--nocapture"])
-        .env(CHILD_VAR, &pid_file)
-        .spawn()
-        .unwrap();
-    let mut child = ChildCopy(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let server: i32 = loop {
-        let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
-        if let Some(pid) = text.strip_suffix('\n').and_then(|t| t.parse().ok()) {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "the child copy did not start its server within 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let running = || -> Vec<i32> {
-        support::group_members(server).into_iter().filter(|&p| support::is_running(p)).collect()
-    };
-    assert!(!running().is_empty(), "the server is not running");
-    child.0.kill().unwrap();
-    child.0.wait().unwrap();
+    let mut child =
+        ChildCopy::spawn("orphans::a_busy_server_dies_with_a_killed_toolmux", CHILD_VAR, &pid_file);
+    let server = wait_for_number(&pid_file, Duration::from_secs(30));
+    assert!(!live_in_group(server).is_empty(), "the server is not running");
+    child.kill();
     // Well under the 20 s after which the server would read its stdin's end and exit.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left = running();
-        if left.is_empty() {
-            return;
-        }
-        if Instant::now() >= deadline {
-            for pid in left.iter().filter_map(|&p| rustix::process::Pid::from_raw(p)) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
-            panic!("5 s after toolmux was killed, the server's group {server} still had {left:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert_groups_die(&[server], Duration::from_secs(5), "toolmux was killed");
 }
