@@ -279,6 +279,24 @@ async fn a_background_task_is_confined_too() {
     assert!(!target.exists());
 }
 
+/// The last output of `command` run as a background task of `fs`, read until it has
+/// ended (for up to 10 s).
+async fn task_to_its_end(fs: &FsProvider, command: &str) -> String {
+    let args = json!({"command": command, "run_in_background": true});
+    let started = fs.call("bash", args, &CallContext::new()).await.unwrap();
+    let id = started.extras["taskId"].as_str().unwrap().to_owned();
+    let mut text = String::new();
+    for _ in 0..50 {
+        let args = json!({"task_id": id, "block_ms": 200});
+        let out = fs.call("task_output", args, &CallContext::new()).await.unwrap();
+        text = out.to_text();
+        if out.extras["running"] == false {
+            break;
+        }
+    }
+    text
+}
+
 /// Tries a TCP connection to `port` with bash's `/dev/tcp`.
 fn connect(port: u16) -> String {
     format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected")
@@ -395,18 +413,7 @@ async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
     assert!(!root.join("toolmux.json").exists());
     assert!(root.join("toolmux.json.rejected").exists());
     // A background task's, when it ends.
-    let args = json!({"command": "echo '{}' > toolmux.json", "run_in_background": true});
-    let started = fs.call("bash", args, &CallContext::new()).await.unwrap();
-    let id = started.extras["taskId"].as_str().unwrap().to_owned();
-    let mut text = String::new();
-    for _ in 0..50 {
-        let args = json!({"task_id": id, "block_ms": 200});
-        let out = fs.call("task_output", args, &CallContext::new()).await.unwrap();
-        text = out.to_text();
-        if out.extras["running"] == false {
-            break;
-        }
-    }
+    let text = task_to_its_end(&fs, "echo '{}' > toolmux.json").await;
     assert!(text.contains("(moved to `toolmux.json.rejected.2`)"), "{text}");
     assert!(!root.join("toolmux.json").exists());
     // A command that takes every name first only has its file removed.
@@ -732,18 +739,7 @@ async fn a_repository_a_command_makes_beneath_the_root_is_moved_aside() {
     git(&root.join("sub"), &["status"]);
     assert!(!marker.exists(), "core.fsmonitor ran");
     // A background task's, when it ends.
-    let args = json!({"command": "git init -q later", "run_in_background": true});
-    let started = fs.call("bash", args, &CallContext::new()).await.unwrap();
-    let id = started.extras["taskId"].as_str().unwrap().to_owned();
-    let mut text = String::new();
-    for _ in 0..50 {
-        let args = json!({"task_id": id, "block_ms": 200});
-        let out = fs.call("task_output", args, &CallContext::new()).await.unwrap();
-        text = out.to_text();
-        if out.extras["running"] == false {
-            break;
-        }
-    }
+    let text = task_to_its_end(&fs, "git init -q later").await;
     assert!(text.contains("`later/.git` (moved to `later/.git.rejected`)"), "{text}");
     assert!(!root.join("later/.git").exists());
 }
