@@ -973,6 +973,8 @@ mod unique {
     }
 }
 
+// Only other programs' files (feature `mcp`) are read without the path.
+#[cfg(feature = "mcp")]
 fn typed<T: DeserializeOwned>(text: &str, format: FileFormat) -> Result<T, Located> {
     typed_at(text, format).map_err(|(_, located)| located)
 }
