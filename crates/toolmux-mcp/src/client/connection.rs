@@ -187,6 +187,34 @@ impl Connection {
     }
 }
 
+/// Server processes being stopped after a failed start: the start's error is returned as
+/// soon as it is known, and the kill, reap and sweep of what it started go on here, where
+/// the provider's shutdown waits for them.
+#[derive(Debug, Default)]
+pub(crate) struct Stopping(Mutex<Vec<tokio::task::JoinHandle<()>>>);
+
+impl Stopping {
+    /// Kills `process`'s group and reaps it in a task of its own.
+    fn stop(&self, mut process: ChildGroup) {
+        let task = tokio::spawn(async move { process.kill_now().await });
+        let mut tasks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+    }
+
+    /// Waits up to `within` for every process being stopped to be reaped; false if one
+    /// was not.
+    pub(crate) async fn wait(&self, within: Duration) -> bool {
+        let tasks = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        let all = async {
+            for task in tasks {
+                let _ = task.await;
+            }
+        };
+        tokio::time::timeout(within, all).await.is_ok()
+    }
+}
+
 /// How much sooner than the startup timeout a server that wrote lines that are not
 /// messages is given up on, at most (see [`connect`]).
 const NOISE_MARGIN: Duration = Duration::from_millis(100);
@@ -199,6 +227,7 @@ pub(crate) async fn connect(
     http: Option<&Http>,
     events: &Arc<Events>,
     shutdown: &CancellationToken,
+    stopping: &Stopping,
 ) -> Result<Connection, McpError> {
     let shut_down = || McpError::ShutDown { server: server.to_owned() };
     let began = tokio::time::Instant::now();
@@ -232,8 +261,8 @@ pub(crate) async fn connect(
             // gets the handshake it understands, on a fresh connection.
             Err(McpError::Handshake { .. }) if mode == ProtocolMode::Auto => {
                 tracing::debug!(server, "server/discover failed; retrying with initialize");
-                if let Some(mut old) = process.take() {
-                    old.kill_now().await;
+                if let Some(old) = process.take() {
+                    stopping.stop(old);
                 }
                 retried = true;
                 start(
@@ -313,15 +342,19 @@ pub(crate) async fn connect(
     }
     let mut service = match service {
         Some(Ok(service)) => service,
+        // The error is known: the caller hears it now, while what was started is killed
+        // and reaped in the background (up to 5 s, and the sweep), which ate the margin
+        // the early give-up above leaves the caller. Its message is made: the server's
+        // exit and stderr, when they explain it, were read before the handshake failed.
         Some(Err(e)) => {
-            if let Some(mut process) = process {
-                process.kill_now().await;
+            if let Some(process) = process {
+                stopping.stop(process);
             }
             return Err(e);
         }
         None => {
-            if let Some(mut process) = process {
-                process.kill_now().await;
+            if let Some(process) = process {
+                stopping.stop(process);
             }
             if let Some(noise) = fault.noise() {
                 return Err(McpError::Protocol {
@@ -342,8 +375,8 @@ pub(crate) async fn connect(
         && !ProtocolVersion::KNOWN_VERSIONS.contains(chosen)
     {
         let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
-        if let Some(mut process) = process {
-            process.kill_now().await;
+        if let Some(process) = process {
+            stopping.stop(process);
         }
         return Err(McpError::Handshake {
             server: server.to_owned(),

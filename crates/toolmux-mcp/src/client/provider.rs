@@ -93,6 +93,8 @@ struct Inner {
     /// What [`ToolProvider::health`] tells beyond the connection's own state.
     status: Mutex<health::Status>,
     shutdown: CancellationToken,
+    /// Servers of failed starts being killed and reaped, which the shutdown waits for.
+    stopping: connection::Stopping,
     /// With `idleShutdownMs`: when the server was last used, to stop it once unused.
     idle: Option<idle::Idle>,
 }
@@ -174,6 +176,7 @@ impl McpProvider {
                 instructions: RwLock::new(None),
                 status: Mutex::default(),
                 shutdown: CancellationToken::new(),
+                stopping: connection::Stopping::default(),
                 idle,
             }),
         })
@@ -412,6 +415,7 @@ impl Inner {
             self.http.as_ref(),
             &self.events,
             &self.shutdown,
+            &self.stopping,
         )
         .await;
         match result {
@@ -1451,6 +1455,15 @@ impl ToolProvider for McpProvider {
             tracing::warn!(
                 server = %inner.name,
                 "a start under way did not stop within {} s of the shutdown",
+                SHUTDOWN_CONNECT_WAIT.as_secs()
+            );
+        }
+        // Nor anything of a start that failed: its server is killed and reaped in the
+        // background, its error returned at once.
+        if !inner.stopping.wait(SHUTDOWN_CONNECT_WAIT).await {
+            tracing::warn!(
+                server = %inner.name,
+                "a server of a failed start was not reaped within {} s of the shutdown",
                 SHUTDOWN_CONNECT_WAIT.as_secs()
             );
         }
