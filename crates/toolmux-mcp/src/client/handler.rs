@@ -367,7 +367,7 @@ impl Handler {
     ) -> Result<serde_json::Value, ErrorData> {
         let method = question.method();
         let token = context.meta.get_progress_token();
-        let Some(asked) = self.events.flights.context_for(token.as_ref()) else {
+        let Some(asked) = self.events.flights.context_for_linked(token.as_ref()).await else {
             tracing::debug!(server = %self.server, method, "server asked with no call in flight");
             return Err(ErrorData::invalid_request(
                 format!("no call in flight to answer {method}"),

@@ -5,8 +5,9 @@
 //! client, and logs (`notifications/message`) while it works. Over stdio none of these
 //! say which request they belong to, so every call, prompt rendering and resource read in
 //! flight on a connection is recorded with its [`CallContext`]: a question goes to the
-//! call whose progress token it carries, else to the most recently started call still
-//! running, and is answered by that context's [`toolmux_core::InteractionHandler`].
+//! call whose progress token it carries (held, for a moment, while a call is still
+//! sending the request whose token that may be), else to the most recently started call
+//! still running, and is answered by that context's [`toolmux_core::InteractionHandler`].
 //! 2026-07-28 servers ask inside their result instead (`input_required`); those questions
 //! belong to the request they answer and take the same path.
 
@@ -31,6 +32,10 @@ use super::wire;
 /// its response may be looked up after the call saw the response and ended.
 const LOG_GRACE: Duration = Duration::from_millis(500);
 
+/// The longest a question carrying a progress token no call has is held while a call is
+/// still sending its request (see [`Flights::context_for_linked`]).
+const LINK_WAIT: Duration = Duration::from_secs(1);
+
 /// The calls in flight on one provider's connection, oldest first.
 #[derive(Debug, Default)]
 pub(crate) struct Flights {
@@ -38,6 +43,8 @@ pub(crate) struct Flights {
     calls: Mutex<Vec<Flight>>,
     /// The log sink of the call that ended last, and when it ended.
     ended: Mutex<Option<(Instant, LogSink)>>,
+    /// Notified when a sending call links its token, or ends.
+    linked: Notify,
 }
 
 #[derive(Debug)]
@@ -52,6 +59,8 @@ struct Flight {
     ended: Option<CancellationToken>,
     /// Woken while a question waits for the caller, to hold off the call's idle timeout.
     activity: Arc<Notify>,
+    /// Begun with [`Flights::begin_sending`] and not linked yet: its token is not known.
+    sending: bool,
 }
 
 /// The call a server's question belongs to.
@@ -74,6 +83,17 @@ impl Flights {
         self.record(ctx, Vec::new(), Arc::default())
     }
 
+    /// As [`Flights::begin`], for a call whose request's progress token is known only once
+    /// it is sent (rmcp chooses it as it queues the request), and which links it then
+    /// ([`InFlight::link`]): questions carrying a token no call has wait for that meanwhile.
+    pub(crate) fn begin_sending(&self, ctx: &CallContext) -> InFlight<'_> {
+        let flight = self.record(ctx, Vec::new(), Arc::default());
+        if let Some(call) = self.lock().iter_mut().find(|c| c.id == flight.id) {
+            call.sending = true;
+        }
+        flight
+    }
+
     /// As [`Flights::begin`], for a call whose request has progress token `token`, and
     /// whose idle timeout `activity` holds off (see [`InFlight::link`] and
     /// [`InFlight::activity`]).
@@ -93,7 +113,7 @@ impl Flights {
         activity: Arc<Notify>,
     ) -> InFlight<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let flight = Flight { id, ctx: ctx.clone(), tokens, ended: None, activity };
+        let flight = Flight { id, ctx: ctx.clone(), tokens, ended: None, activity, sending: false };
         self.lock().push(flight);
         InFlight { flights: self, id }
     }
@@ -116,6 +136,28 @@ impl Flights {
             tokens: c.tokens.clone(),
             activity: c.activity.clone(),
         })
+    }
+
+    /// As [`Flights::context_for`], but a question whose token no call has is held while a
+    /// call is still sending its request, up to [`LINK_WAIT`], and looked up again as each
+    /// such call links its token or ends: a server answering at once asks before the call
+    /// that sent the request has linked the token, and the most recent call in flight, the
+    /// fallback, may be another caller's.
+    pub(crate) async fn context_for_linked(&self, token: Option<&ProgressToken>) -> Option<Asked> {
+        let Some(token) = token else { return self.context_for(None) };
+        let deadline = tokio::time::Instant::now() + LINK_WAIT;
+        loop {
+            let linked = self.linked.notified();
+            tokio::pin!(linked);
+            linked.as_mut().enable();
+            let unknown = {
+                let calls = self.lock();
+                !calls.iter().any(|c| c.tokens.contains(token)) && calls.iter().any(|c| c.sending)
+            };
+            if !unknown || tokio::time::timeout_at(deadline, linked).await.is_err() {
+                return self.context_for(Some(token));
+            }
+        }
     }
 
     /// Where a log line goes: the sink of the most recently started call (none if that
@@ -158,7 +200,10 @@ impl InFlight<'_> {
         let mut calls = self.flights.lock();
         if let Some(flight) = calls.iter_mut().find(|c| c.id == self.id) {
             flight.tokens.push(token);
+            flight.sending = false;
         }
+        drop(calls);
+        self.flights.linked.notify_waiters();
     }
 }
 
@@ -168,6 +213,9 @@ impl Drop for InFlight<'_> {
         let Some(index) = calls.iter().position(|c| c.id == self.id) else { return };
         let flight = calls.remove(index);
         drop(calls);
+        if flight.sending {
+            self.flights.linked.notify_waiters();
+        }
         if let Some(ended) = &flight.ended {
             ended.cancel();
         }
@@ -378,6 +426,65 @@ mod tests {
         assert_eq!(flights.len(), 1);
         drop(a);
         assert_eq!(flights.len(), 0);
+    }
+
+    /// Two calls sending at once, the server asking the first's question before either
+    /// has linked its token: the question waits for the link and goes to the first call,
+    /// where the most recent call in flight, the second, answered it.
+    #[tokio::test]
+    async fn a_question_waits_for_the_sending_call_to_link_its_token() {
+        let flights = Arc::new(Flights::default());
+        let first = CallContext::new().with_call_id("first");
+        let second = CallContext::new().with_call_id("second");
+        let token = |n| ProgressToken(rmcp::model::NumberOrString::Number(n));
+        let a = flights.begin_sending(&first);
+        let b = flights.begin_sending(&second);
+        let asking = {
+            let flights = flights.clone();
+            tokio::spawn(async move { flights.context_for_linked(Some(&token(1))).await })
+        };
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!asking.is_finished(), "the question waits while both calls are sending");
+        b.link(token(2));
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!asking.is_finished(), "another call's link does not end the wait");
+        a.link(token(1));
+        let asked = tokio::time::timeout(Duration::from_secs(5), asking).await.unwrap().unwrap();
+        assert_eq!(asked.unwrap().ctx.call_id(), Some("first"));
+        // No call sending: a token nobody has goes to the latest call at once.
+        let stray = flights.context_for_linked(Some(&token(9))).await.unwrap();
+        assert_eq!(stray.ctx.call_id(), Some("second"));
+        drop((a, b));
+    }
+
+    /// A question whose token no call links is held no longer than [`LINK_WAIT`], nor
+    /// once the sending call ends without linking (its send failed).
+    #[tokio::test(start_paused = true)]
+    async fn a_question_with_a_token_nobody_links_is_held_briefly() {
+        let flights = Arc::new(Flights::default());
+        let ctx = CallContext::new().with_call_id("only");
+        let sending = flights.begin_sending(&ctx);
+        let token = ProgressToken(rmcp::model::NumberOrString::Number(3));
+        let started = tokio::time::Instant::now();
+        let asked = flights.context_for_linked(Some(&token)).await.unwrap();
+        assert_eq!(asked.ctx.call_id(), Some("only"));
+        assert_eq!(started.elapsed(), LINK_WAIT);
+        let other = CallContext::new().with_call_id("other");
+        let _running = flights.begin(&other);
+        let asking = {
+            let flights = flights.clone();
+            tokio::spawn(async move { flights.context_for_linked(Some(&token)).await })
+        };
+        tokio::task::yield_now().await;
+        let started = tokio::time::Instant::now();
+        drop(sending);
+        let asked = asking.await.unwrap().unwrap();
+        assert_eq!(asked.ctx.call_id(), Some("other"));
+        assert!(started.elapsed() < LINK_WAIT, "woken by the end of the sending call");
     }
 
     /// A call recorded with its token is found by it and shares its activity; its end

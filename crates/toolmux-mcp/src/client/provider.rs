@@ -864,8 +864,9 @@ impl Inner {
         if as_task {
             options.meta.get_or_insert_default().extend(tasks::tasks_meta());
         }
-        // In flight from before the send: the server may ask its questions at once.
-        let flight = self.events.flights.begin(ctx);
+        // In flight from before the send: the server may ask its questions at once, and
+        // those carrying the request's token wait for the link below.
+        let flight = self.events.flights.begin_sending(ctx);
         // So are its reports: rmcp chooses the progress token as it queues the request,
         // and a server reporting at once can be read before the route below is in.
         let sending = self.events.sending();
