@@ -71,6 +71,9 @@ pub(crate) struct Expansion {
     pub(crate) secrets: Vec<String>,
     /// `${input:x}` references left as they are.
     pub(crate) inputs: Vec<String>,
+    /// References only a shell reads (`${1}`, `${VAR%.txt}`, `${#}`), left as they are for
+    /// the program the value reaches (`sh -c '...'`): each is `` `${1}` in KEY ``.
+    pub(crate) shell: Vec<String>,
 }
 
 /// Expands every string in `value` in place. The first string with an unterminated `${`, a
@@ -117,7 +120,12 @@ fn walk(
                 let mut missing = Vec::new();
                 let place = Place { secret: after_secret_flag || is_secret_place(path) };
                 let at = path.join(".");
-                match expand_str(text, lookup, workspace, place, found, &mut missing) {
+                let shell_before = found.shell.len();
+                let expanded = expand_str(text, lookup, workspace, place, found, &mut missing);
+                for reference in &mut found.shell[shell_before..] {
+                    *reference = format!("`{reference}` in {at}");
+                }
+                match expanded {
                     Ok(expanded) => *text = expanded,
                     Err(stop) if problems.stop.is_none() => {
                         problems.stop = Some(stop.at(at.clone()));
@@ -305,6 +313,10 @@ fn expand_into<'a>(
                 out.text.push_str(whole);
             }
             Reference::Malformed(why) => return Err(Stop::Malformed(whole.to_owned(), why)),
+            Reference::Shell => {
+                found.shell.push(whole.to_owned());
+                out.text.push_str(whole);
+            }
             Reference::Other => out.text.push_str(whole),
         }
         rest = &after[end + 1..];
@@ -429,6 +441,10 @@ enum Reference<'a> {
     Input,
     /// What is wrong with it, and how to write it.
     Malformed(String),
+    /// A reference only a shell reads: a positional or special parameter (`${1}`, `${#}`)
+    /// or an operator toolmux does not take (`${VAR%.txt}`, `${VAR:=x}`), kept as text for
+    /// the shell the value may reach (a server's `sh -c` argument, a hook's command).
+    Shell,
     Other,
 }
 
@@ -485,9 +501,12 @@ fn reference(inner: &str) -> Reference<'_> {
             None => Reference::Malformed(format!(
                 "is empty: name a variable (`${{VAR}}`), or {LITERAL}"
             )),
-            Some(c) if c.is_whitespace() || "-+?=:!#%@*".contains(c) => Reference::Malformed(
-                format!("names no variable: write `${{VAR}}` or `${{VAR:-default}}`, or {LITERAL}"),
-            ),
+            // The shell's special parameters and their lengths: `${#}`, `${@}`, `${*}`,
+            // `${!}`, `${-}`, `${?}`, `${#VAR}`, `${!VAR}`.
+            Some(c) if "#@*!-?".contains(c) => Reference::Shell,
+            Some(c) if c.is_whitespace() || "+=:%".contains(c) => Reference::Malformed(format!(
+                "names no variable: write `${{VAR}}` or `${{VAR:-default}}`, or {LITERAL}"
+            )),
             Some(_) => Reference::Other,
         };
     }
@@ -504,14 +523,25 @@ fn reference(inner: &str) -> Reference<'_> {
         };
         Some((Operator { kind, colon }, usize::from(colon) + 1))
     };
+    // The shell's other operators (`${VAR:=x}`, `${VAR%x}`, `${VAR#x}`, `${VAR/a/b}`,
+    // `${VAR^^}`, `${VAR:1:2}` and the like) change the value or set the variable:
+    // toolmux takes none of them, and keeps them for a shell.
+    let shell_operator = |rest: &str| match rest.strip_prefix(':') {
+        Some(after) => after.chars().next().is_none_or(|c| "=0123456789 ".contains(c)),
+        None => rest.starts_with(['=', '%', '#', '/', '^', ',', '@', '*']),
+    };
     if name.starts_with(|c: char| c.is_ascii_digit()) {
-        if !rest.is_empty() && operator(rest).is_none() {
-            return Reference::Other;
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            return Reference::Malformed(format!(
+                "is not a variable's name (a name starts with a letter or `_`), or {LITERAL}"
+            ));
         }
-        return Reference::Malformed(format!(
-            "is not a variable's name (a name starts with a letter or `_`; a shell's \
-             positional parameters have no meaning here), or {LITERAL}"
-        ));
+        // A shell's positional parameter (`${1}`, `${1%.txt}`, `${10:-x}`); `${1.x}` is
+        // a template's.
+        return match rest.is_empty() || operator(rest).is_some() || shell_operator(rest) {
+            true => Reference::Shell,
+            false => Reference::Other,
+        };
     }
     if rest.is_empty() {
         return Reference::Env { name, operator: None };
@@ -519,20 +549,10 @@ fn reference(inner: &str) -> Reference<'_> {
     if let Some((operator, len)) = operator(rest) {
         return Reference::Env { name, operator: Some((operator, &rest[len..])) };
     }
-    // The shell's other operators (`${VAR:=x}`, `${VAR%x}`, `${VAR#x}`, `${VAR/a/b}`,
-    // `${VAR^^}`, `${VAR:1:2}` and the like) change the value or set the variable:
-    // toolmux takes none of them.
-    let unknown = match rest.strip_prefix(':') {
-        Some(after) => after.chars().next().is_none_or(|c| "=0123456789 ".contains(c)),
-        None => rest.starts_with(['=', '%', '#', '/', '^', ',', '@', '*']),
-    };
-    if unknown {
-        return Reference::Malformed(format!(
-            "uses an operator toolmux does not take: it takes `${{VAR}}`, `${{VAR:-default}}`, \
-             `${{VAR-default}}`, `${{VAR:+alt}}`, `${{VAR+alt}}` and `${{VAR:?message}}`; {LITERAL}"
-        ));
+    match shell_operator(rest) {
+        true => Reference::Shell,
+        false => Reference::Other,
     }
-    Reference::Other
 }
 
 /// Whether the value of `${name}`, expanded where `secret_place` says (a string or a part
@@ -1084,25 +1104,44 @@ mod tests {
         check(
             json!({"x": ["${1BAD}"]}),
             expect![
-                "malformed ${1BAD} at x[0]: is not a variable's name (a name starts with a letter or `_`; a shell's positional parameters have no meaning here), or a literal `${` is written `$${`"
+                "malformed ${1BAD} at x[0]: is not a variable's name (a name starts with a letter or `_`), or a literal `${` is written `$${`"
             ],
         );
-        for bad in [
+        for bad in ["${:-x}", "${ }", "${:=x}"] {
+            let mut value = json!({"a": bad});
+            match expand(&mut value, &env, "/ws") {
+                Err(ExpandError::Malformed { reference, .. }) => assert_eq!(reference, bad),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    /// What only a shell reads (a positional or special parameter, an operator toolmux
+    /// does not take) is kept as written for the shell the value may reach (`sh -c`), and
+    /// named with its key for a warning: refusing it refused servers run by `sh -c '...'`
+    /// that load in the programs whose files toolmux reads.
+    #[test]
+    fn shell_references_are_kept_and_named() {
+        let shell = [
+            "${1}",
+            "${1%.txt}",
+            "${10:-x}",
+            "${#}",
+            "${@}",
+            "${#VAR}",
+            "${!X}",
             "${VAR:=x}",
             "${VAR%.txt}",
             "${VAR#x}",
             "${VAR/a/b}",
             "${VAR^^}",
             "${VAR:1:2}",
-            "${:-x}",
-            "${ }",
-            "${!X}",
-        ] {
-            let mut value = json!({"a": bad});
-            match expand(&mut value, &env, "/ws") {
-                Err(ExpandError::Malformed { reference, .. }) => assert_eq!(reference, bad),
-                other => panic!("{bad}: {other:?}"),
-            }
+        ];
+        for kept in shell {
+            let mut value = json!({"args": ["-c", format!("echo {kept}")]});
+            let found = expand(&mut value, &env, "/ws").unwrap_or_else(|e| panic!("{kept}: {e:?}"));
+            assert_eq!(value, json!({"args": ["-c", format!("echo {kept}")]}));
+            assert_eq!(found.shell, [format!("`{kept}` in args[1]")]);
         }
         check(
             json!({"a": "${parameters.id}", "b": "${config:editor.x}", "c": "${command:pick}", "d": "${1.x}", "e": "$${1BAD}"}),

@@ -407,6 +407,7 @@ fn load_text(
                 "{shown}: {input} is left as it is: toolmux cannot prompt; use ${{env:VAR}} instead"
             )
         }));
+        warnings.extend(shell_warnings(shown, &read.shell));
         // Only servers, the seeds' tools and their metadata come from another program's
         // file.
         let servers = serde_json::to_value(&read.config.mcp_servers)
@@ -492,6 +493,7 @@ fn load_text(
             .into_owned(),
         );
     }
+    warnings.extend(shell_warnings(shown, &found.shell));
     #[allow(unused_mut)]
     let mut secrets = found.secrets;
     #[cfg(feature = "mcp")]
@@ -558,6 +560,21 @@ impl Source<'_> {
             message: words::printable(&message).into_owned(),
         }
     }
+}
+
+/// The warnings of file `shown` for the references in it only a shell reads
+/// ([`env::Expansion::shell`]), which are left as they are: a server's `sh -c` argument
+/// or a hook's command may mean them, and a file that meant a variable learns it here.
+fn shell_warnings<'a>(shown: &'a str, shell: &'a [String]) -> impl Iterator<Item = String> + 'a {
+    shell.iter().map(move |reference| {
+        words::printable(&format!(
+            "{shown}: {reference} is left as it is for a shell to read: toolmux expands \
+             `${{VAR}}`, `${{VAR:-default}}`, `${{VAR-default}}`, `${{VAR:+alt}}`, `${{VAR+alt}}` \
+             and `${{VAR:?message}}` only; write `$${{` for a `${{` meant for a shell, which \
+             keeps it without this warning"
+        ))
+        .into_owned()
+    })
 }
 
 /// `value` with its `${VAR}` references expanded, read as `T`, what expansion found, and

@@ -177,6 +177,7 @@ pub(super) struct Converted {
     pub(super) warnings: Vec<String>,
     pub(super) secrets: Vec<String>,
     pub(super) inputs: Vec<String>,
+    pub(super) shell: Vec<String>,
 }
 
 /// Reads `source` (parsed as `value`) as a `dialect` file: its servers checked against
@@ -255,6 +256,7 @@ pub(super) fn converted(
         warnings,
         secrets: found.secrets,
         inputs: found.inputs,
+        shell: found.shell,
     }
 }
 

@@ -133,6 +133,7 @@ pub(super) fn read(value: Value, source: &Source<'_>) -> Result<Converted, Toolm
         warnings: Vec::new(),
         secrets: found.secrets,
         inputs: found.inputs,
+        shell: found.shell,
     })
 }
 

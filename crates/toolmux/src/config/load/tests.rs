@@ -187,9 +187,10 @@ fn an_unterminated_reference_is_an_error() {
     );
 }
 
-/// `${VAR:?message}` of an unset variable, and references toolmux does not read (`${}`,
-/// `${1BAD}`, an operator it does not take), are errors naming the key and their line,
-/// where they were passed on as text; no value of the environment is shown.
+/// `${VAR:?message}` of an unset variable, and references that name nothing (`${}`,
+/// `${1BAD}`), are errors naming the key and their line, where they were passed on as
+/// text; no value of the environment is shown. What only a shell reads is kept, with a
+/// warning.
 #[test]
 fn required_and_malformed_references_are_errors() {
     yaml_error(
@@ -207,15 +208,21 @@ fn required_and_malformed_references_are_errors() {
     json_error(
         "{\"mcpServers\": {\"s\": {\"command\": \"x\",\n  \"args\": [\"${1BAD}\"]}}}",
         expect![
-            "toolmux.json:2:13: `${1BAD}` in mcpServers.s.args[0] is not a variable's name (a name starts with a letter or `_`; a shell's positional parameters have no meaning here), or a literal `${` is written `$${`"
+            "toolmux.json:2:13: `${1BAD}` in mcpServers.s.args[0] is not a variable's name (a name starts with a letter or `_`), or a literal `${` is written `$${`"
         ],
     );
-    yaml_error(
-        "mcpServers:\n  s:\n    command: x\n    env: {T: '${GITHUB_TOKEN:=x}'}\n",
-        expect![
-            "toolmux.yaml:4:15: `${GITHUB_TOKEN:=x}` in mcpServers.s.env.T uses an operator toolmux does not take: it takes `${VAR}`, `${VAR:-default}`, `${VAR-default}`, `${VAR:+alt}`, `${VAR+alt}` and `${VAR:?message}`; a literal `${` is written `$${`"
-        ],
+    // What only a shell reads is kept for the shell, with a warning naming it and its key.
+    let loaded = loads(
+        FileFormat::Yaml,
+        "mcpServers:\n  s:\n    command: sh\n    args: ['-c', 'f=${1%.txt}; echo $${1}', a.txt]\n    env: {T: '${GITHUB_TOKEN:=x}'}\n",
     );
+    let s = &loaded.config.mcp_servers["s"];
+    assert_eq!(s.args, ["-c", "f=${1%.txt}; echo ${1}", "a.txt"]);
+    assert_eq!(s.env["T"], "${GITHUB_TOKEN:=x}");
+    expect![[r#"
+        toolmux.yaml: `${1%.txt}` in mcpServers.s.args[1] is left as it is for a shell to read: toolmux expands `${VAR}`, `${VAR:-default}`, `${VAR-default}`, `${VAR:+alt}`, `${VAR+alt}` and `${VAR:?message}` only; write `$${` for a `${` meant for a shell, which keeps it without this warning
+        toolmux.yaml: `${GITHUB_TOKEN:=x}` in mcpServers.s.env.T is left as it is for a shell to read: toolmux expands `${VAR}`, `${VAR:-default}`, `${VAR-default}`, `${VAR:+alt}`, `${VAR+alt}` and `${VAR:?message}` only; write `$${` for a `${` meant for a shell, which keeps it without this warning"#]]
+    .assert_eq(&loaded.warnings.join("\n"));
     let loaded = loads(
         FileFormat::Yaml,
         "mcpServers:\n  s:\n    command: x\n    args: ['${GITHUB_TOKEN:?}', '${NOPE-d}', '${PORT:+--port=${PORT}}', '${NOPE+x}']\n",
