@@ -10,7 +10,10 @@
 //! lines, against without), `--glob` (only `fs__glob` on the tree, beside `rg --files`),
 //! `--other-runs` (only `bash` with none and with 500 other runs' output directories in
 //! `/tmp`, each hidden from the command; as root, in a mount namespace of its own with an
-//! empty `/tmp`). The tables it prints are what BENCHMARKS-fs.md records.
+//! empty `/tmp`), `--task-reads` (only ten `task_output` calls in a row on a running
+//! background task in a tree of 200,000 files, each of which may walk the tree for a
+//! repository the task made; `--tree DIR` walks an existing tree instead). The tables it
+//! prints are what BENCHMARKS-fs.md records.
 
 use serde_json::json;
 use std::io::{BufWriter, Write};
@@ -47,6 +50,11 @@ fn main() {
     }
     if args.iter().any(|a| a == "--other-runs") {
         bash_beside_other_runs(quick);
+        return;
+    }
+    if args.iter().any(|a| a == "--task-reads") {
+        let given = args.iter().position(|a| a == "--tree").map(|at| PathBuf::from(&args[at + 1]));
+        task_reads(given.as_deref(), quick);
         return;
     }
     if args.iter().any(|a| a == "--glob") {
@@ -382,6 +390,71 @@ fn bash_beside_other_runs(quick: bool) {
     writeln!(out, "|--:|--:|").expect("write to stdout");
     writeln!(out, "| 0 | {:.2} ms |", ms(median(&mut none))).expect("write to stdout");
     writeln!(out, "| 500 | {:.2} ms |", ms(median(&mut many))).expect("write to stdout");
+}
+
+/// Ten `task_output` calls in a row (no `block_ms`) on a background task that sleeps, in a
+/// tree of 200,000 empty files in 2,000 folders (made in the temporary directory and
+/// removed after) or in `tree`: each read may walk the tree for a repository the task
+/// made (`TaskCheck`). Rounds of ten, the first of each round and the ten together.
+fn task_reads(tree: Option<&Path>, quick: bool) {
+    let mut out = std::io::stdout().lock();
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let made;
+    let tree = match tree {
+        Some(tree) => tree.to_owned(),
+        None => {
+            made = tempfile::tempdir().expect("a temporary directory");
+            for folder in 0..2_000 {
+                let dir = made.path().join(format!("d{:02}/e{folder:04}", folder % 50));
+                std::fs::create_dir_all(&dir).expect("a folder of the tree");
+                for file in 0..100 {
+                    std::fs::File::create(dir.join(format!("f{file:03}.txt"))).expect("a file");
+                }
+            }
+            made.path().to_owned()
+        }
+    };
+    let config = FsConfig::new(&tree)
+        .with_permissions([toolmux_fs::Permission::Read, toolmux_fs::Permission::Execute]);
+    let fs = FsProvider::new(config).expect("provider");
+    let call = |tool: &str, args: serde_json::Value| {
+        let result = runtime.block_on(fs.call(tool, args, &CallContext::new())).expect("call");
+        assert!(!result.is_error, "{}", result.to_text());
+        result
+    };
+    let started = Instant::now();
+    let task = call("bash", json!({"command": "exec sleep 3600", "run_in_background": true}));
+    let start = started.elapsed();
+    let id = task.extras["taskId"].as_str().expect("a task id").to_owned();
+    let rounds = if quick { 2 } else { 5 };
+    let (mut first, mut ten) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let round = Instant::now();
+        for n in 0..10 {
+            let read = Instant::now();
+            call("task_output", json!({"task_id": id}));
+            if n == 0 {
+                first.push(read.elapsed());
+            }
+        }
+        ten.push(round.elapsed());
+    }
+    call("task_kill", json!({"task_id": id}));
+    let entries = walkdir_count(&tree);
+    writeln!(out, "| entries in the tree | starting the task | first read of ten, median | ten reads, median | ten reads, slowest |")
+        .expect("write to stdout");
+    writeln!(out, "|--:|--:|--:|--:|--:|").expect("write to stdout");
+    let slowest = ten.iter().max().copied().unwrap_or_default();
+    writeln!(
+        out,
+        "| {entries} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
+        ms(start),
+        ms(median(&mut first)),
+        ms(median(&mut ten)),
+        ms(slowest)
+    )
+    .expect("write to stdout");
 }
 
 /// `fs__glob` on the tree (walk, match, the re-check of each matched name through the root's

@@ -392,8 +392,9 @@ impl FsProvider {
             Tool::TaskList => {
                 let _: tasks::TaskListArgs = parse(tool, arguments)?;
                 // What running tasks made so far is moved aside before their status is
-                // given, as a read of one's output does; each note comes with its next read.
-                self.sandbox.check_tasks().await;
+                // given, as a read of one's output does (and walking as rarely); each note
+                // comes with its next read.
+                self.sandbox.check_tasks_for_read().await;
                 Ok(self.tasks.list(&run))
             }
         }

@@ -543,9 +543,16 @@ impl Sandbox {
         self.task_checks.clone()
     }
 
-    /// Runs the check of every background task still running: see [`TaskChecks::run`].
+    /// Runs the check of every background task still running, as a command ends: see
+    /// [`TaskChecks::run`].
     pub(crate) async fn check_tasks(&self) {
         self.task_checks.run().await;
+    }
+
+    /// Runs the check of every background task still running, as the tasks are listed:
+    /// see [`TaskChecks::run_for_read`].
+    pub(crate) async fn check_tasks_for_read(&self) {
+        self.task_checks.run_for_read().await;
     }
 
     /// The sentence about the sandbox for the tool descriptions.
@@ -779,7 +786,7 @@ impl TaskChecks {
     pub(crate) fn watch(&self, absent: Absent) -> std::sync::Arc<TaskCheck> {
         let check = std::sync::Arc::new(TaskCheck {
             absent,
-            checking: Default::default(),
+            last_walk: Default::default(),
             notes: Default::default(),
             ended: Default::default(),
         });
@@ -789,18 +796,66 @@ impl TaskChecks {
         check
     }
 
-    /// Runs the check of every task still watched: what each made since it started is
-    /// moved aside now, noted for its next read.
+    /// Runs the check of every task still watched, as a command or task ends: what each
+    /// made since it started is moved aside now, noted for its next read.
     pub(crate) async fn run(&self) {
-        let checks: Vec<std::sync::Arc<TaskCheck>> = {
-            let mut checks = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            checks.retain(|c| c.upgrade().is_some_and(|c| !c.has_ended()));
-            checks.iter().filter_map(std::sync::Weak::upgrade).collect()
-        };
-        for check in checks {
+        for check in self.running() {
             check.run().await;
         }
     }
+
+    /// Runs the check of every task still watched, as the tasks are listed: each walks the
+    /// tree only when its walk is due ([`TaskCheck::run_for_read`]).
+    pub(crate) async fn run_for_read(&self) {
+        for check in self.running() {
+            check.run_for_read().await;
+        }
+    }
+
+    fn running(&self) -> Vec<std::sync::Arc<TaskCheck>> {
+        let mut checks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        checks.retain(|c| c.upgrade().is_some_and(|c| !c.has_ended()));
+        checks.iter().filter_map(std::sync::Weak::upgrade).collect()
+    }
+}
+
+/// Why a background task's check runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CheckOccasion {
+    /// Its output is read or the tasks are listed: the walk may be passed over
+    /// ([`read_walks`]).
+    Read,
+    /// Another command or task ends: always walks, so that what the task made is moved
+    /// aside before the agent's next call, whatever it is.
+    CommandEnd,
+    /// The task itself ends: always walks, and is its last check.
+    TaskEnd,
+}
+
+/// The last walk of a background task's check, which tells when a read walks again.
+#[derive(Debug, Clone, Copy)]
+struct LastWalk {
+    ended: std::time::Instant,
+    took: std::time::Duration,
+    /// Whether that check moved anything aside: a task that makes repositories is walked
+    /// again at its next read.
+    moved: bool,
+}
+
+/// A read of a running task walks the tree again once this many times its last walk's
+/// length has passed since that walk ended (see [`read_walks`]).
+const READ_WALK_SPACING: u32 = 10;
+
+/// Whether a read of a running background task (its output, the task list) walks the tree
+/// for repositories it made, given its check's last walk: always after none or after one
+/// that moved something aside, else once [`READ_WALK_SPACING`] times that walk's length has
+/// passed since it ended. A walk of a small tree (a millisecond) thus runs at every read of
+/// an agent polling every few hundred milliseconds, while one of a large tree (up to the 2 s
+/// of [`REPOSITORY_WALK`]) takes at most about a tenth of the reads' time, where each read
+/// cost a walk; the end of each command and of the task still walks every time.
+fn read_walks(last: Option<&LastWalk>, now: std::time::Instant) -> bool {
+    let Some(last) = last else { return true };
+    last.moved || now.saturating_duration_since(last.ended) >= last.took * READ_WALK_SPACING
 }
 
 /// The check of one running background task ([`TaskChecks::watch`]), shared by its
@@ -809,8 +864,8 @@ impl TaskChecks {
 pub(crate) struct TaskCheck {
     absent: Absent,
     /// Held while a check runs, so that two checks of one task (its read and another
-    /// command's end) do not both move what it made.
-    checking: std::sync::Mutex<()>,
+    /// command's end) do not both move what it made; when its last walk was.
+    last_walk: std::sync::Mutex<Option<LastWalk>>,
     /// The notes of what was moved aside, oldest first.
     notes: std::sync::Mutex<Vec<String>>,
     /// Set by the task's last check, when it has ended: what is made after is not its.
@@ -819,41 +874,68 @@ pub(crate) struct TaskCheck {
 
 impl TaskCheck {
     /// Moves aside what the task made since it started ([`Absent::move_planted`]), adding
-    /// the note to its notes; nothing once it has ended.
+    /// the note to its notes; nothing once it has ended. As another command ends.
     pub(crate) async fn run(self: &std::sync::Arc<Self>) {
-        self.run_as(false).await;
+        self.run_as(CheckOccasion::CommandEnd).await;
+    }
+
+    /// The check as the task's output is read: the same, but the tree is walked only when
+    /// [`read_walks`] says so (toolmux's own missing files are looked at every time), and
+    /// nothing is done while another check of the task runs, whose note the next read
+    /// shows: a read waits neither for a walk of a large tree at each poll nor for one
+    /// under way.
+    pub(crate) async fn run_for_read(self: &std::sync::Arc<Self>) {
+        self.run_as(CheckOccasion::Read).await;
     }
 
     /// The task's last check, when it has ended (its processes are gone).
     pub(crate) async fn finish(self: &std::sync::Arc<Self>) {
-        self.run_as(true).await;
+        self.run_as(CheckOccasion::TaskEnd).await;
     }
 
     fn has_ended(&self) -> bool {
         self.ended.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    async fn run_as(self: &std::sync::Arc<Self>, last: bool) {
+    async fn run_as(self: &std::sync::Arc<Self>, occasion: CheckOccasion) {
         let check = self.clone();
         // Walks the tree: off the runtime's threads.
-        let ran = tokio::task::spawn_blocking(move || {
-            let _checking = check.checking.lock().unwrap_or_else(|e| e.into_inner());
-            if check.has_ended() {
-                return;
-            }
-            if last {
-                check.ended.store(true, std::sync::atomic::Ordering::Release);
-            }
-            let Some(note) = check.absent.move_planted_now() else { return };
-            let mut notes = check.notes.lock().unwrap_or_else(|e| e.into_inner());
-            // A folder that cannot be checked is said once, not at every check.
-            if !notes.contains(&note) {
-                notes.push(note);
-            }
-        })
-        .await;
+        let ran = tokio::task::spawn_blocking(move || check.run_now(occasion)).await;
         if let Err(e) = ran {
             tracing::warn!("looking for what a background task created failed: {e}");
+        }
+    }
+
+    fn run_now(&self, occasion: CheckOccasion) {
+        let mut last_walk = match occasion {
+            CheckOccasion::Read => match self.last_walk.try_lock() {
+                Ok(last_walk) => last_walk,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            },
+            CheckOccasion::CommandEnd | CheckOccasion::TaskEnd => {
+                self.last_walk.lock().unwrap_or_else(|e| e.into_inner())
+            }
+        };
+        if self.has_ended() {
+            return;
+        }
+        if occasion == CheckOccasion::TaskEnd {
+            self.ended.store(true, std::sync::atomic::Ordering::Release);
+        }
+        let walk = occasion != CheckOccasion::Read
+            || read_walks(last_walk.as_ref(), std::time::Instant::now());
+        let started = std::time::Instant::now();
+        let planted = self.absent.move_planted_now(walk);
+        if walk {
+            let ended = std::time::Instant::now();
+            *last_walk = Some(LastWalk { ended, took: ended - started, moved: planted.moved });
+        }
+        let Some(note) = planted.note else { return };
+        let mut notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+        // A folder that cannot be checked is said once, not at every check.
+        if !notes.contains(&note) {
+            notes.push(note);
         }
     }
 
@@ -871,15 +953,19 @@ impl Absent {
     /// note for the command's result, when there was any.
     pub(crate) async fn move_planted(self) -> Option<String> {
         // Walks the tree: off the runtime's threads.
-        tokio::task::spawn_blocking(move || self.move_planted_now()).await.unwrap_or_else(|e| {
-            tracing::warn!("looking for what a command created failed: {e}");
-            None
-        })
+        tokio::task::spawn_blocking(move || self.move_planted_now(true).note).await.unwrap_or_else(
+            |e| {
+                tracing::warn!("looking for what a command created failed: {e}");
+                None
+            },
+        )
     }
 
     /// May run more than once (a background task's check): what was moved aside is not
     /// there to be found again, and one moved since by another check is passed over.
-    fn move_planted_now(&self) -> Option<String> {
+    /// Without `walk`, the tree is not walked for repositories: only toolmux's missing
+    /// files and the root's own pieces are looked at (a few `lstat`s).
+    fn move_planted_now(&self, walk: bool) -> Planted {
         let mut moved = Vec::new();
         for path in self.missing.iter().filter(|p| std::fs::symlink_metadata(p).is_ok()) {
             moved.extend(move_aside(path, &self.root).map(|(note, _)| note));
@@ -888,19 +974,24 @@ impl Absent {
         let mut unchecked = Vec::new();
         let mut root_note = None;
         if let Some(repositories) = &self.repositories {
-            let (made, complete, not_checked) = repositories.made(&self.root);
-            unchecked = not_checked;
-            let cut_before = !complete
-                && repositories.walks.cut.swap(true, std::sync::atomic::Ordering::Relaxed);
-            if !complete && !cut_before {
-                tracing::warn!(
-                    root = %self.root.display(),
-                    "the walk for repositories a command made beneath the workspace root took \
-                     longer than {} s and was cut: one made past where it reached stays; later \
-                     commands walk only when they end",
-                    REPOSITORY_WALK.as_secs()
-                );
-            }
+            let made = if walk {
+                let (made, complete, not_checked) = repositories.made(&self.root);
+                unchecked = not_checked;
+                let cut_before = !complete
+                    && repositories.walks.cut.swap(true, std::sync::atomic::Ordering::Relaxed);
+                if !complete && !cut_before {
+                    tracing::warn!(
+                        root = %self.root.display(),
+                        "the walk for repositories a command made beneath the workspace root \
+                         took longer than {} s and was cut: one made past where it reached \
+                         stays; later commands walk only when they end",
+                        REPOSITORY_WALK.as_secs()
+                    );
+                }
+                made
+            } else {
+                Vec::new()
+            };
             let pieces = repositories.root_made_bare(&self.root);
             if !pieces.is_empty() {
                 tracing::warn!(root = %self.root.display(), "a command made the workspace root a bare git repository; moving aside what it created");
@@ -946,9 +1037,19 @@ impl Absent {
                 shown.join(", ")
             )
         });
+        let moved_any = moved.is_some() || root_note.is_some();
         let notes: Vec<String> = [moved, root_note, unchecked].into_iter().flatten().collect();
-        (!notes.is_empty()).then(|| notes.join(" "))
+        Planted { note: (!notes.is_empty()).then(|| notes.join(" ")), moved: moved_any }
     }
+}
+
+/// What one check for what a command or task created did ([`Absent::move_planted_now`]).
+#[derive(Debug, Default)]
+struct Planted {
+    /// The note for the command's result, when there was any.
+    note: Option<String>,
+    /// Whether it moved (or removed) anything, not only named folders it could not check.
+    moved: bool,
 }
 
 /// Moves `path` (beneath `root`, where it is shown relative to) aside to `NAME.rejected`,
@@ -1499,6 +1600,87 @@ mod tests {
         std::fs::write(root.join("old/.git/index.lock"), "").unwrap();
         std::fs::create_dir_all(root.join("new/.git")).unwrap();
         assert_eq!(second.made(root), (vec![root.join("new/.git")], true, vec![]));
+    }
+
+    /// A read of a running task walks the tree again only once ten times its last walk's
+    /// length has passed (a walk of no length, at every read), or when that walk moved
+    /// something aside.
+    #[test]
+    fn a_read_walks_again_only_when_the_walk_is_due() {
+        let ended = std::time::Instant::now();
+        let ms = std::time::Duration::from_millis;
+        let last = |took, moved| LastWalk { ended, took, moved };
+        let cases = [
+            (None, ms(0), true),
+            (Some(last(ms(100), false)), ms(0), false),
+            (Some(last(ms(100), false)), ms(999), false),
+            (Some(last(ms(100), false)), ms(1_000), true),
+            (Some(last(ms(2_000), false)), ms(19_999), false),
+            (Some(last(ms(2_000), false)), ms(20_000), true),
+            (Some(last(ms(0), false)), ms(0), true),
+            (Some(last(ms(100), true)), ms(0), true),
+        ];
+        for (last, after, due) in cases {
+            assert_eq!(read_walks(last.as_ref(), ended + after), due, "{last:?} after {after:?}");
+        }
+    }
+
+    /// A background task's check as its output is read passes over the walk until it is
+    /// due, yet still moves aside toolmux's own files the task made; the end of a command
+    /// or of the task always walks; and a read while another check of the task runs does
+    /// nothing rather than wait.
+    #[test]
+    fn a_task_read_walks_only_when_due_and_an_end_always() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let walks = std::sync::Arc::new(RepositoryWalks::default());
+        let absent = Absent {
+            missing: vec![root.join("toolmux.json")],
+            root: root.to_owned(),
+            repositories: Some(Repositories::before(root, walks)),
+        };
+        let checks = TaskChecks::default();
+        let check = checks.watch(absent);
+        let notes = |check: &TaskCheck| check.notes_from(0).0.join("\n");
+        // A walk that took a minute, a moment ago, moving nothing.
+        let slow = || LastWalk {
+            ended: std::time::Instant::now(),
+            took: std::time::Duration::from_secs(60),
+            moved: false,
+        };
+        *check.last_walk.lock().unwrap() = Some(slow());
+        std::fs::create_dir_all(root.join("sub/.git")).unwrap();
+        std::fs::write(root.join("toolmux.json"), "{}").unwrap();
+        check.run_now(CheckOccasion::Read);
+        assert!(root.join("sub/.git").exists(), "{}", notes(&check));
+        assert!(root.join("toolmux.json.rejected").exists(), "{}", notes(&check));
+        assert!(!notes(&check).contains("sub/.git"), "{}", notes(&check));
+        // Another command's end walks whatever the last walk took.
+        check.run_now(CheckOccasion::CommandEnd);
+        assert!(!root.join("sub/.git").exists() && root.join("sub/.git.rejected").exists());
+        assert!(notes(&check).contains("`sub/.git` (moved to `sub/.git.rejected`)"));
+        // That walk moved something: the next read walks.
+        assert!(check.last_walk.lock().unwrap().is_some_and(|last| last.moved));
+        std::fs::create_dir_all(root.join("next/.git")).unwrap();
+        check.run_now(CheckOccasion::Read);
+        assert!(!root.join("next/.git").exists(), "{}", notes(&check));
+        // A walk of no length: every read walks.
+        *check.last_walk.lock().unwrap() =
+            Some(LastWalk { took: std::time::Duration::ZERO, ..slow() });
+        std::fs::create_dir_all(root.join("cheap/.git")).unwrap();
+        check.run_now(CheckOccasion::Read);
+        assert!(!root.join("cheap/.git").exists(), "{}", notes(&check));
+        // Another check under way: a read neither waits for it nor walks.
+        std::fs::create_dir_all(root.join("busy/.git")).unwrap();
+        let held = check.last_walk.lock().unwrap();
+        check.run_now(CheckOccasion::Read);
+        drop(held);
+        assert!(root.join("busy/.git").exists(), "{}", notes(&check));
+        // The task's end walks, however recent and slow the last walk, and is its last.
+        *check.last_walk.lock().unwrap() = Some(slow());
+        check.run_now(CheckOccasion::TaskEnd);
+        assert!(!root.join("busy/.git").exists(), "{}", notes(&check));
+        assert!(checks.running().is_empty());
     }
 
     /// A folder is a bare repository as git tells one, not by the names of its entries

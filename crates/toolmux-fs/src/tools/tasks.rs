@@ -157,8 +157,8 @@ struct Task {
     /// the group is killed, or with the task.
     guard: Mutex<Option<shell::guard::GroupGuard>>,
     /// Moves aside what it creates that it must not (a `.git` beneath the root, toolmux's
-    /// configuration): at its end, and while it runs, when its output is read and when
-    /// another command ends.
+    /// configuration): at its end, and while it runs, when another command ends and when
+    /// its output is read (walking the tree then only when due: `TaskCheck::run_for_read`).
     check: Arc<crate::sandbox::TaskCheck>,
 }
 
@@ -520,8 +520,9 @@ impl Tasks {
                 () = cancel.cancelled() => return Err(FsError::Cancelled { tool: TOOL }),
             }
         }
-        // What it made so far goes now, not only when it ends (see `Task::check`).
-        task.check.run().await;
+        // What it made so far goes now, not only when it ends (see `Task::check`); the tree
+        // is walked only when due, so that polling a task in a large tree stays cheap.
+        task.check.run_for_read().await;
         Ok(render(&task, config.output_cap_chars, filter.as_ref()))
     }
 
@@ -624,7 +625,7 @@ impl Tasks {
                 () = cancel.cancelled() => return Err(FsError::Cancelled { tool: TOOL }),
             }
         }
-        task.check.run().await;
+        task.check.run_for_read().await;
         Ok(render(&task, config.output_cap_chars, None))
     }
 
