@@ -1161,11 +1161,17 @@ fn is_head(path: &Path) -> bool {
         return std::fs::read_link(path)
             .is_ok_and(|target| target.as_os_str().as_encoded_bytes().starts_with(b"refs/"));
     }
+    // Opened without waiting: a FIFO named `HEAD` (which git could not read either) held
+    // every later command at this check for ever. Only a regular file is read.
+    use toolmux_core::regular::{RegularError, open_regular};
+    let file = match open_regular(path, std::fs::OpenOptions::new().read(true)) {
+        Ok(file) => file,
+        Err(RegularError::Io(e)) => return e.kind() == std::io::ErrorKind::PermissionDenied,
+        Err(_) => return false,
+    };
     let mut start = Vec::with_capacity(255);
-    let read = std::fs::File::open(path).and_then(|f| f.take(255).read_to_end(&mut start));
-    match read {
-        Ok(_) => {}
-        Err(e) => return e.kind() == std::io::ErrorKind::PermissionDenied,
+    if file.take(255).read_to_end(&mut start).is_err() {
+        return false;
     }
     if let Some(name) = start.strip_prefix(b"ref:") {
         let name = name.trim_ascii_start();
@@ -1735,6 +1741,12 @@ mod tests {
         std::fs::remove_file(dir.join("HEAD")).unwrap();
         std::os::unix::fs::symlink("heads/main", dir.join("HEAD")).unwrap();
         assert!(!bare(&dir));
+        // A FIFO as HEAD is none, told without waiting for a writer (opening it waited for
+        // ever, and every later command with it).
+        let dir = folder("fifo", None);
+        toolmux_test_support::blocking::fifo(&dir, "HEAD");
+        let told = toolmux_test_support::blocking::within_10s("a FIFO HEAD", move || bare(&dir));
+        assert!(!told);
     }
 
     /// The root made a bare repository is told by its pieces, the walk aside: those the
