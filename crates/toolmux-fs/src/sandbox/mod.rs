@@ -1301,7 +1301,12 @@ fn other_runs(root: &Path) -> Vec<PathBuf> {
 /// Their `.git` is a file naming their git directory inside `root/.git`: a command that
 /// could rewrite it could point git at hooks of its own.
 fn submodules(root: &Path) -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string(root.join(".gitmodules")) else { return Vec::new() };
+    // A regular file only, opened without waiting: a FIFO in its place held every command
+    // here for ever. Git's own limit on the file is far below a mebibyte.
+    let read = toolmux_core::regular::read_regular(&root.join(".gitmodules"), 1 << 20);
+    let Ok(text) = read.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()) else {
+        return Vec::new();
+    };
     text.lines()
         .filter_map(|line| {
             let (key, value) = line.split_once('=')?;
@@ -1833,6 +1838,14 @@ mod tests {
                     Path=\"b\"\n[submodule \"c\"]\n\tpath = ../outside\n";
         std::fs::write(dir.path().join(".gitmodules"), text).unwrap();
         assert_eq!(submodules(dir.path()), [dir.path().join("vendor/a"), dir.path().join("b")]);
+        // A FIFO in its place (`mkfifo .gitmodules`) is none, told without waiting.
+        std::fs::remove_file(dir.path().join(".gitmodules")).unwrap();
+        toolmux_test_support::blocking::fifo(dir.path(), ".gitmodules");
+        let root = dir.path().to_path_buf();
+        let found = toolmux_test_support::blocking::within_10s("a FIFO .gitmodules", move || {
+            submodules(&root)
+        });
+        assert!(found.is_empty());
     }
 
     #[test]
