@@ -101,7 +101,7 @@ impl IgnoreRules {
         if meta.is_dir() {
             return Some(dot_git);
         }
-        let text = self.dir.read_to_string(&dot_git).ok()?;
+        let text = read_regular(&self.dir, &dot_git)?;
         let target = Path::new(text.lines().next()?.strip_prefix("gitdir:")?.trim());
         match target.strip_prefix(&self.root) {
             Ok(inside) => Some(inside.to_path_buf()),
@@ -116,7 +116,7 @@ impl IgnoreRules {
         let mut builder = GitignoreBuilder::new(self.root.join(base));
         let mut any = false;
         for file in files {
-            let Ok(text) = self.dir.read_to_string(file) else { continue };
+            let Some(text) = read_regular(&self.dir, file) else { continue };
             for line in text.lines() {
                 any |= builder.add_line(Some(self.root.join(file)), line).is_ok();
             }
@@ -124,6 +124,25 @@ impl IgnoreRules {
         let rules = builder.build().ok().filter(|_| any)?;
         (!rules.is_empty()).then(|| Arc::new(rules))
     }
+}
+
+/// The text of `relative` through `dir` if it is a regular file of at most 16 MiB, judged
+/// by the file opened, without waiting: a FIFO named `.gitignore`, `.ignore` or `.git`
+/// (which a command may make) held every later `grep`, `glob` and `ls` for ever.
+fn read_regular(dir: &Dir, relative: &Path) -> Option<String> {
+    use cap_std::fs::OpenOptionsExt as _;
+    use std::io::Read as _;
+    const LIMIT: u64 = 16 << 20;
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    let file = dir.open_with(relative, &options).ok()?.into_std();
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > LIMIT {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(LIMIT).read_to_end(&mut bytes).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// `path` without `.` components and with each `..` taking away the name before it (a

@@ -68,6 +68,33 @@ async fn glob_respects_gitignore_and_reports_no_match() {
     assert!(err.starts_with("invalid arguments for `fs__glob`: at /: invalid glob `a[`"), "{err}");
 }
 
+/// A FIFO named `.gitignore`, `.ignore` or `.git` (which a command may make) is no rules
+/// file: `glob`, `grep` and `ls` answer, where reading one waited for a writer for ever.
+#[tokio::test]
+async fn fifos_named_as_ignore_files_are_not_read() {
+    let fx = Fixture::new();
+    fx.put("a.rs", "fn main() {}\n");
+    fx.put("sub/b.rs", "fn b() {}\n");
+    for name in [".gitignore", "sub/.ignore", "sub/.git"] {
+        let (dir, file) = name
+            .rsplit_once('/')
+            .map_or((fx.root().to_path_buf(), name), |(d, f)| (fx.root().join(d), f));
+        toolmux_test_support::blocking::fifo(&dir, file);
+    }
+    let answered = tokio::time::timeout(Duration::from_secs(10), async {
+        (
+            fx.ok("glob", json!({"pattern": "**/*.rs"})).await,
+            fx.ok("grep", json!({"pattern": "fn"})).await,
+            fx.ok("ls", json!({"path": "sub"})).await,
+        )
+    })
+    .await;
+    let (glob, grep, ls) = answered.expect("glob, grep and ls answered within 10 s");
+    assert!(glob.contains("a.rs") && glob.contains("sub/b.rs"), "{glob}");
+    assert!(grep.contains("sub/b.rs"), "{grep}");
+    assert!(ls.contains("b.rs"), "{ls}");
+}
+
 #[tokio::test]
 async fn ls_marks_directories_symlinks_and_sizes() {
     let fx = Fixture::new();
