@@ -108,12 +108,16 @@ pub(crate) async fn nowhere(loaded: &Loaded, name: &str, namespace: Option<&str>
         true => "no provider is configured".to_owned(),
         false => format!("the namespaces are {}", listed.join(", ")),
     };
-    let why = match namespace {
-        Some(namespace) => format!("no provider has namespace `{namespace}` ({there})"),
-        None => format!("no namespace begins it, as `fs__` begins `fs__read` ({there})"),
+    let target = resolved(&loaded.config.aliases, name);
+    let why = match (namespace, target.split_once("__")) {
+        (Some(namespace), _) => format!("no provider has namespace `{namespace}` ({there})"),
+        // `fs__`: a namespace and no tool after it.
+        (None, Some((before, ""))) if !before.is_empty() => {
+            format!("it names no tool after `{before}__`, as `fs__read` names `read` ({there})")
+        }
+        (None, _) => format!("no namespace begins it, as `fs__` begins `fs__read` ({there})"),
     };
     // An alias is shown with the name it stands for, which is the one wrong.
-    let target = resolved(&loaded.config.aliases, name);
     let shown = match target == name {
         true => format!("`{name}`"),
         false => format!("`{name}` (an alias of `{target}`)"),

@@ -240,6 +240,10 @@ fn only_names_that_exist_are_offered() {
     assert_eq!(run.code, 1, "{run:?}");
     expect!["error: unknown tool `fss__nope`: no provider has namespace `fss` (the namespaces are `fs`); the closest tool name is `fs__grep`; `toolmux tools list` shows every tool's name"]
         .assert_eq(run.stderr.trim());
+    // A namespace and no tool: said so, not that no namespace begins it.
+    let run = project.run(&["tools", "call", "fs__", "{}"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("it names no tool after `fs__`"), "{run:?}");
     let run = project.run(&["tools", "call", "output__read", r#"{"handle":"x"}"#]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("no provider has namespace `output`"), "{run:?}");
