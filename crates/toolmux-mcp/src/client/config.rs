@@ -369,7 +369,12 @@ impl McpServerConfig {
         match (self.transport, &self.command, &self.url) {
             (Some(kind), _, _) => Ok(kind),
             (None, Some(_), _) => Ok(TransportKind::Stdio),
-            (None, None, Some(url)) if url.starts_with("ws://") || url.starts_with("wss://") => {
+            // Schemes are case-insensitive: `WSS://` is a WebSocket URL too.
+            (None, None, Some(url))
+                if ["ws://", "wss://"].iter().any(|prefix| {
+                    url.get(..prefix.len()).is_some_and(|s| s.eq_ignore_ascii_case(prefix))
+                }) =>
+            {
                 Ok(TransportKind::Websocket)
             }
             (None, None, Some(_)) => Ok(TransportKind::Http),

@@ -66,7 +66,7 @@ fn servers(config: &Config, source: &Source<'_>) -> Result<(), ToolmuxError> {
         };
         let transport = entry.transport.or(match (&entry.command, &entry.url) {
             (Some(_), _) => Some(TransportKind::Stdio),
-            (None, Some(url)) if url.starts_with("ws://") || url.starts_with("wss://") => {
+            (None, Some(url)) if starts_with_ignoring_case(url, &["ws://", "wss://"]) => {
                 Some(TransportKind::Websocket)
             }
             (None, Some(_)) => Some(TransportKind::Http),
@@ -141,12 +141,30 @@ fn bad_url(transport: toolmux_mcp::TransportKind, url: &str) -> Option<String> {
         ));
     };
     let scheme = scheme.to_ascii_lowercase();
-    (!schemes.contains(&scheme.as_str())).then(|| {
-        format!(
-            "has the scheme `{}`; the {} transport takes {wanted}",
-            super::words::printable(&scheme),
+    if schemes.contains(&scheme.as_str()) {
+        return None;
+    }
+    // Shown only when it is a scheme people write: what comes before the first `://` of a
+    // value from the environment may be anything (`host/mcp?token=...&cb=http`).
+    const SHOWN: [&str; 12] =
+        ["http", "https", "ws", "wss", "sse", "file", "unix", "tcp", "grpc", "ftp", "ssh", "git"];
+    Some(match SHOWN.contains(&scheme.as_str()) {
+        true => format!(
+            "has the scheme `{scheme}`; the {} transport takes {wanted}",
             transport.as_str()
-        )
+        ),
+        false => format!(
+            "does not start with a scheme the {} transport takes: it takes {wanted}",
+            transport.as_str()
+        ),
+    })
+}
+
+/// Whether `text` starts with one of `prefixes`, whatever the case of its letters
+/// (`WSS://` is a WebSocket URL too).
+pub(crate) fn starts_with_ignoring_case(text: &str, prefixes: &[&str]) -> bool {
+    prefixes.iter().any(|prefix| {
+        text.get(..prefix.len()).is_some_and(|start| start.eq_ignore_ascii_case(prefix))
     })
 }
 

@@ -1086,6 +1086,17 @@ fn settings_that_cannot_work_are_refused_with_their_line() {
             "toolmux.yaml:3:10: mcpServers.a.url: has the scheme `ftp`; the http transport takes http:// or https://"
         ],
     );
+    // What comes before a value's first `://` is shown only when it is a scheme people
+    // write: it showed `example.com/mcp?token=ghp_secret_value&cb=http`.
+    yaml_error(
+        "mcpServers:\n  a:\n    url: 'example.com/mcp?token=${GITHUB_TOKEN}&cb=http://x'\n",
+        expect![
+            "toolmux.yaml:3:10: mcpServers.a.url: does not start with a scheme the http transport takes: it takes http:// or https://"
+        ],
+    );
+    // A scheme in capitals is the same scheme: `WSS://` is a WebSocket server's.
+    let loaded = loads(FileFormat::Yaml, "mcpServers:\n  a:\n    url: WSS://127.0.0.1/x\n");
+    assert_eq!(loaded.config.mcp_servers["a"].url.as_deref(), Some("WSS://127.0.0.1/x"));
     yaml_error(
         "mcpServers:\n  a:\n    type: websocket\n    url: '${PORT}'\n",
         expect![
