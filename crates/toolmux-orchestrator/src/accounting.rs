@@ -716,13 +716,15 @@ fn read_snapshot(path: &Path) -> Result<Option<StatsSnapshot>, StatsError> {
     let format =
         |e: serde_json::Error| StatsError::Format { path: path.to_owned(), message: e.to_string() };
     // The version first: a later format may keep its counts in another shape, which must
-    // be neither read as none nor moved aside as damaged.
+    // be neither read as none nor moved aside as damaged. Any version but exactly the
+    // integer this toolmux writes ("2", 2.0, a number beyond u64) is another's format.
     #[derive(Deserialize)]
     struct Version {
         version: Option<serde_json::Value>,
     }
     if let Ok(Version { version: Some(version) }) = serde_json::from_slice::<Version>(&bytes)
-        && version.as_u64().is_some_and(|v| v > u64::from(STATS_VERSION))
+        && !version.is_null()
+        && version.as_u64() != Some(u64::from(STATS_VERSION))
     {
         return Err(StatsError::Newer { path: path.to_owned(), version: version.to_string() });
     }
@@ -1212,6 +1214,29 @@ mod tests {
         }
         assert_eq!(std::fs::read_to_string(&path).unwrap(), newer);
         assert!(!dir.path().join("stats.json.bad").exists(), "not moved aside");
+    }
+
+    /// A version written as a string, a float or a number beyond u64 is a newer toolmux's
+    /// file too: refused, left as it was, never moved aside as damaged.
+    #[test]
+    fn a_statistics_file_of_an_unusual_version_is_refused_and_left_as_it_is() {
+        for version in [r#""2""#, "2.0", "18446744073709551616"] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("stats.json");
+            let newer = format!(r#"{{"version": {version}, "tools": {{}}}}"#);
+            std::fs::write(&path, &newer).unwrap();
+            let stats = Stats::default();
+            let loaded = stats.load(&path);
+            stats.of("a__b").record(true, 1_000);
+            let saved = stats.save(&path);
+            for result in [loaded, saved] {
+                let Err(e) = result else { panic!("version {version} is refused") };
+                // A number beyond u64 is shown as serde_json reads it, 1.8446744073709552e19.
+                assert!(matches!(&e, StatsError::Newer { .. }), "version {version}: {e}");
+            }
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), newer, "version {version}");
+            assert!(!dir.path().join("stats.json.bad").exists(), "version {version} moved aside");
+        }
     }
 
     #[test]
