@@ -638,16 +638,22 @@ fn expand_into<T: DeserializeOwned>(
                 let mut message = describe(&path, &e.into_inner().to_string());
                 // A value from the environment may be a credential: the reference as
                 // written is shown in its place.
+                // That holds for a value typed from a reference too (`maxRestarts: ${N}`,
+                // read as a number, then out of range): serde shows it in backticks.
                 let written = at_path(&written, &path).and_then(serde_json::Value::as_str);
-                let expanded = at_path(&value, &path).and_then(serde_json::Value::as_str);
-                if let (Some(written), Some(expanded)) = (written, expanded)
+                let expanded = at_path(&value, &path).map(|v| match v {
+                    serde_json::Value::String(text) => format!("{text:?}"),
+                    other => format!("`{other}`"),
+                });
+                if let Some(written) = written
                     && written.contains("${")
                 {
-                    let quoted = format!("{expanded:?}");
-                    message = if message.contains(&quoted) {
-                        message.replace(&quoted, &format!("{written:?} as expanded"))
-                    } else {
-                        format!("{path}: {written:?} as expanded does not fit here")
+                    let shown = format!("{written:?} as expanded");
+                    message = match expanded {
+                        Some(quoted) if message.contains(&quoted) => {
+                            message.replace(&quoted, &shown)
+                        }
+                        _ => format!("{path}: {shown} does not fit here"),
                     };
                 }
                 return Err(source.error(position, message));

@@ -1265,6 +1265,18 @@ fn numbers_booleans_and_enums_are_expanded_before_typing() {
             r#"toolmux.yaml:3:5: queues.q.concurrent: expected a whole number, such as 10; found the string "${NOPE:-many}" as expanded"#
         ]],
     );
+    // Nor once read as a number that then does not fit: it was shown in backticks.
+    for value in ["-987654", "1.5"] {
+        let text = format!("mcpServers:\n  a: {{command: x, maxRestarts: '${{NOPE:-{value}}}'}}\n");
+        let error = load_as(FileFormat::Yaml, &text).map(drop).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            format!(
+                "toolmux.yaml:2:19: mcpServers.a.maxRestarts: \"${{NOPE:-{value}}}\" as expanded \
+                 does not fit here"
+            )
+        );
+    }
     let error =
         load_as(FileFormat::Yaml, "mcpServers:\n  a: {command: x, lazy: '${GITHUB_TOKEN}'}\n")
             .map(drop)
