@@ -1266,7 +1266,7 @@ fn numbers_booleans_and_enums_are_expanded_before_typing() {
         ]],
     );
     // Nor once read as a number that then does not fit: it was shown in backticks.
-    for value in ["-987654", "1.5"] {
+    for value in ["98765432109", "-987654", "1.5"] {
         let text = format!("mcpServers:\n  a: {{command: x, maxRestarts: '${{NOPE:-{value}}}'}}\n");
         let error = load_as(FileFormat::Yaml, &text).map(drop).unwrap_err().to_string();
         assert_eq!(
