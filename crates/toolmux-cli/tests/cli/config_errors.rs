@@ -162,7 +162,7 @@ fn bad_server_url() {
         "toolmux.yaml",
         "mcpServers:\n  remote:\n    url: localhost:8080/mcp\n",
         expect![
-            "error: toolmux.yaml: mcp server `remote`: invalid configuration: `url` must start with http:// or https://"
+            "error: toolmux.yaml:3:10: mcpServers.remote.url: must start with http:// or https://, as in http://127.0.0.1:8080/mcp"
         ],
     );
 }
@@ -309,7 +309,7 @@ fn a_key_given_twice() {
         "toolmux.yaml",
         "mcpServers:\n  a: {command: one}\n  a: {command: two}\n",
         expect![
-            "error: toolmux.yaml:2:3: mcpServers: key `a` is given twice in one object: keep one (the last would win)"
+            "error: toolmux.yaml:3:3: mcpServers: key `a` is given twice in one object: keep one (the last would win)"
         ],
     );
     check(
