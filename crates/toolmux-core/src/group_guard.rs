@@ -238,7 +238,7 @@ mod tests {
     use super::*;
 
     /// A sweep for marked processes waits on a young process whose environment reads
-    /// empty; the watchman's must not read empty.
+    /// empty; the watchman's must not read empty once it runs.
     #[test]
     fn the_watchman_environment_is_not_empty() {
         let mut child = std::process::Command::new("/bin/sh")
@@ -249,7 +249,16 @@ mod tests {
             .expect("spawn sh");
         let guard = GroupGuard::watch(Some(child.id()), "test").expect("a group above 1");
         let watchman = lock().watchman.as_ref().map(|w| w.process.id()).expect("a watchman");
-        let environ = std::fs::read(format!("/proc/{watchman}/environ")).expect("its environ");
+        // `spawn` returns once the child has left our memory, a moment before the kernel
+        // has laid out the new program's environment: until then it reads empty. Read
+        // until it does not, for 5 s at most (an environment left empty reads so for good).
+        let read = || std::fs::read(format!("/proc/{watchman}/environ")).expect("its environ");
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut environ = read();
+        while environ.is_empty() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            environ = read();
+        }
         drop(child.stdin.take());
         let _ = child.wait();
         drop(guard);
