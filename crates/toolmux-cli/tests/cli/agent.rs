@@ -1158,20 +1158,9 @@ fn an_interrupted_json_run_prints_its_report_so_far() {
             vec![ScriptStep::delay(Duration::from_secs(60), ScriptStep::text("too late"))],
         );
         let project = project(&server, "openai", "");
-        let mut command = project.command(&["agent", "run", "reader", "look", "--json"]);
-        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let child = command.spawn().expect("toolmux starts");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while server.requests().is_empty() {
-            assert!(Instant::now() < deadline, "the model was never asked");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let sent = std::process::Command::new("kill")
-            .args([&format!("-{signal}"), &child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success());
-        let run = crate::wait(child, Duration::from_secs(30));
+        let command = project.command(&["agent", "run", "reader", "look", "--json"]);
+        let asked = || !server.requests().is_empty();
+        let run = crate::start_and_signal(command, "the model was asked", asked, signal);
         assert_eq!(run.code, code, "{}", run.stderr);
         let report: Value = serde_json::from_str(&run.stdout)
             .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", run.stdout, run.stderr));

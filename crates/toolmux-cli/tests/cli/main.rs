@@ -184,6 +184,35 @@ impl Project {
     }
 }
 
+/// Starts `command` with stdin closed and stdout and stderr piped, waits (at most 60
+/// seconds) until `started` says the run has got as far as the test wants, sends it
+/// `signal` (a name for `kill`, such as `INT` or `TERM`) and waits (at most 30 seconds) for
+/// it to end; `what` names the awaited point for the failure when it never comes.
+pub(crate) fn start_and_signal(
+    mut command: Command,
+    what: &str,
+    mut started: impl FnMut() -> bool,
+    signal: &str,
+) -> Run {
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().expect("toolmux starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !started() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: not within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill -{signal} failed");
+    wait(child, Duration::from_secs(30))
+}
+
 /// Waits for `child` to exit, killing it after `limit`; collects its output.
 pub(crate) fn wait(mut child: Child, limit: Duration) -> Run {
     let mut stdout = child.stdout.take().expect("piped stdout");

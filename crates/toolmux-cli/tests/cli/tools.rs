@@ -291,31 +291,25 @@ fn ctrl_c_during_a_call_ends_it_once() {
     for attempt in 0..8 {
         let pid_file = project.path().join("sleeper.pid");
         let _ = std::fs::remove_file(&pid_file);
-        let child = project
-            .command(&[
-                "tools",
-                "call",
-                "fs__bash",
-                r#"{"command": "sleep 300 & echo $! > sleeper.pid; wait"}"#,
-            ])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("toolmux starts");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let sleeper = loop {
-            let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
-            if text.ends_with('\n') {
-                break text.trim().to_owned();
-            }
-            assert!(std::time::Instant::now() < deadline, "the command never started");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
-        let signalled =
-            std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status();
-        assert!(signalled.is_ok_and(|s| s.success()));
-        let run = crate::wait(child, std::time::Duration::from_secs(30));
+        let command = project.command(&[
+            "tools",
+            "call",
+            "fs__bash",
+            r#"{"command": "sleep 300 & echo $! > sleeper.pid; wait"}"#,
+        ]);
+        let mut sleeper = String::new();
+        let run = crate::start_and_signal(
+            command,
+            "the command's `sleep` started",
+            || {
+                let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
+                if text.ends_with('\n') {
+                    sleeper = text.trim().to_owned();
+                }
+                !sleeper.is_empty()
+            },
+            "INT",
+        );
         assert_eq!(run.code, 130, "attempt {attempt}: {run:?}");
         assert_eq!(run.stderr.trim(), "interrupted", "attempt {attempt}: {run:?}");
         std::thread::sleep(std::time::Duration::from_millis(200));
@@ -354,28 +348,15 @@ fn errors_under_json_are_one_json_object_on_stdout() {
 fn an_interrupted_call_under_json_says_so_in_json() {
     let project = project();
     project.file("toolmux.yaml", "fs:\n  permissions: [read, execute]\n");
-    let child = project
-        .command(&[
-            "tools",
-            "call",
-            "fs__bash",
-            r#"{"command": "echo > begun; sleep 300"}"#,
-            "--json",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("toolmux starts");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !project.path().join("begun").exists() {
-        assert!(std::time::Instant::now() < deadline, "the command never started");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let signalled =
-        std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    assert!(signalled.is_ok_and(|s| s.success()));
-    let run = crate::wait(child, std::time::Duration::from_secs(30));
+    let command = project.command(&[
+        "tools",
+        "call",
+        "fs__bash",
+        r#"{"command": "echo > begun; sleep 300"}"#,
+        "--json",
+    ]);
+    let begun = project.path().join("begun");
+    let run = crate::start_and_signal(command, "the command started", || begun.exists(), "TERM");
     assert_eq!(run.code, 143, "{run:?}");
     let value: serde_json::Value = serde_json::from_str(&run.stdout).expect("one JSON object");
     assert_eq!(value, serde_json::json!({"ok": false, "error": "interrupted", "exitCode": 143}));
