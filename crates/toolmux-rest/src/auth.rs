@@ -15,6 +15,10 @@ use tokio::sync::Mutex;
 const REFRESH_MARGIN: Duration = Duration::from_secs(30);
 /// Lifetime assumed when a token response names none.
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
+/// The longest a token is cached, whatever its response says: endpoints write "never
+/// expires" as a huge `expires_in` (Java's `Long.MAX_VALUE`), which as an `Instant` would
+/// overflow, and a token kept for a day is asked for again after one.
+const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 
 /// The schemes of one document with their credentials and cached tokens.
 #[derive(Debug)]
@@ -308,7 +312,8 @@ impl Auth {
         let lifetime = parsed
             .get("expires_in")
             .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
-            .map_or(DEFAULT_LIFETIME, Duration::from_secs);
+            .map_or(DEFAULT_LIFETIME, Duration::from_secs)
+            .min(MAX_LIFETIME);
         {
             let mut fetched =
                 self.fetched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

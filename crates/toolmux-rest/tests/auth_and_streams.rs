@@ -93,9 +93,11 @@ async fn authorization_sent(provider: &RestProvider, server: &TokenServer, tool:
     server.authorizations.lock().unwrap().last().cloned().flatten().unwrap()
 }
 
-/// A server with a token endpoint issuing `tok-N` valid for `lifetime` seconds, which
-/// rejects `tok-1` on `/oauth` once it has issued `tok-2`... only when `revoke_first`.
-async fn token_server(lifetime: u64, revoke_first: bool) -> TokenServer {
+/// A server with a token endpoint issuing `tok-N` valid for `lifetime` seconds (its
+/// `expires_in`, a number or a string), which rejects `tok-1` on `/oauth` once it has
+/// issued `tok-2`... only when `revoke_first`.
+async fn token_server(lifetime: impl Into<Value>, revoke_first: bool) -> TokenServer {
+    let lifetime: Value = lifetime.into();
     let token_requests = Arc::new(AtomicUsize::new(0));
     let token_bodies: TokenRequests = Arc::default();
     let authorizations: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
@@ -248,6 +250,19 @@ async fn oauth_tokens_near_expiry_are_refreshed() {
     assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-1");
     assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-2");
     assert_eq!(server.token_requests.load(Ordering::SeqCst), 2);
+}
+
+/// Endpoints write "never expires" as Java's `Long.MAX_VALUE`: the token is cached (for
+/// a day at most) rather than its expiry overflowing, which panicked every call.
+#[tokio::test]
+async fn oauth_tokens_that_never_expire_are_cached() {
+    for lifetime in [json!(9_223_372_036_854_775_807_u64), json!("9223372036854775807")] {
+        let server = token_server(lifetime, false).await;
+        let provider = provider(&server.base).await;
+        assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-1");
+        assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-1");
+        assert_eq!(server.token_requests.load(Ordering::SeqCst), 1);
+    }
 }
 
 #[tokio::test]
