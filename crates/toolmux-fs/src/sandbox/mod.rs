@@ -93,7 +93,7 @@ pub(crate) struct Sandbox {
     /// What the walks for repositories beneath the root learnt, shared by its commands.
     repository_walks: std::sync::Arc<RepositoryWalks>,
     /// The checks of the background tasks that run (those gone are dropped when next
-    /// looked at): see [`Sandbox::check_tasks`].
+    /// looked at): see [`Sandbox::command_ended`].
     task_checks: TaskChecks,
 }
 
@@ -512,7 +512,7 @@ impl Sandbox {
 
     /// Which of the embedding program's files beneath a writable root are missing now,
     /// before a command starts: a command that creates one (a `toolmux.yaml` the next
-    /// start would load) has it moved aside when it ends ([`Absent::move_planted`]); so
+    /// start would load) has it moved aside when it ends ([`Sandbox::command_ended`]); so
     /// does one that makes a `.git` anywhere beneath the root, found by walking the tree
     /// before and after it.
     pub(crate) async fn absent(&self) -> Absent {
@@ -543,10 +543,11 @@ impl Sandbox {
         self.task_checks.clone()
     }
 
-    /// Runs the check of every background task still running, as a command ends: see
-    /// [`TaskChecks::run`].
-    pub(crate) async fn check_tasks(&self) {
-        self.task_checks.run().await;
+    /// A foreground command ended: what it made, and what the background tasks still
+    /// running made, is moved aside after one walk of the tree (see
+    /// [`TaskChecks::command_ended`]). The note for the command's result, when there is any.
+    pub(crate) async fn command_ended(&self, absent: Absent) -> Option<String> {
+        self.task_checks.command_ended(absent).await
     }
 
     /// Runs the check of every background task still running, as the tasks are listed:
@@ -686,6 +687,9 @@ struct RepositoryWalks {
     /// folder looks like a bare repository, which a later check of a running task, whose
     /// walk before did not see it, would otherwise move again as made by the task.
     aside: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
+    /// How many walks after commands were made, for tests to count them by.
+    #[cfg(test)]
+    walked_after: std::sync::atomic::AtomicUsize,
 }
 
 impl RepositoryWalks {
@@ -722,18 +726,12 @@ impl Repositories {
         Repositories { before, complete, started, root_before: root_pieces(root), walks }
     }
 
-    /// The `.git` entries beneath `root` now that were not there before: those the walk
-    /// before or an earlier walk saw are the user's; where the walk before did not see the
-    /// whole tree, one never seen counts as made only when it changed since the command
-    /// started. And whether the walk now saw the whole tree. What it saw and leaves in
-    /// place is known to later commands. Last, the folders it could not check.
-    fn made(&self, root: &Path) -> (Vec<PathBuf>, bool, Vec<PathBuf>) {
-        self.made_in(root, &GitProbe::default())
-    }
-
-    fn made_in(&self, root: &Path, probe: &GitProbe) -> (Vec<PathBuf>, bool, Vec<PathBuf>) {
-        let GitEntries { found: now, complete, unchecked } =
-            git_entries_with(root, REPOSITORY_WALK, probe);
+    /// The `.git` entries of `now` (a walk of the root after the command, or while it runs)
+    /// that the command made: those the walk before or an earlier walk saw are the user's,
+    /// and those toolmux moved aside are not made again; where the walk before did not see
+    /// the whole tree, one never seen counts as made only when it changed since the command
+    /// started.
+    fn made_of(&self, now: &GitEntries) -> Vec<PathBuf> {
         let changed = |path: &Path| {
             use std::os::unix::fs::MetadataExt as _;
             std::fs::symlink_metadata(path).is_ok_and(|m| {
@@ -744,12 +742,45 @@ impl Repositories {
             })
         };
         let aside = self.walks.aside.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let (made, kept): (Vec<_>, Vec<_>) = now.into_iter().partition(|p| {
-            !self.before.contains(p) && !aside.contains(p) && (self.complete || changed(p))
-        });
-        // A folder not checked may hold a `.git` known before: not forgotten.
-        self.walks.learn(kept, complete && unchecked.is_empty());
-        (made, complete, unchecked)
+        now.found
+            .iter()
+            .filter(|p| {
+                !self.before.contains(*p) && !aside.contains(*p) && (self.complete || changed(p))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// [`Repositories::made_of`] a walk of `root` now, what the walk saw and leaves in place
+    /// learnt for later commands; whether it saw the whole tree, and the folders it could
+    /// not check.
+    #[cfg(test)]
+    fn made(&self, root: &Path) -> (Vec<PathBuf>, bool, Vec<PathBuf>) {
+        self.made_in(root, &GitProbe::default())
+    }
+
+    #[cfg(test)]
+    fn made_in(&self, root: &Path, probe: &GitProbe) -> (Vec<PathBuf>, bool, Vec<PathBuf>) {
+        let now = self.walks.walk_after(root, probe);
+        let made = self.made_of(&now);
+        self.walks.learn_after(&now, &made.iter().cloned().collect());
+        (made, now.complete, now.unchecked)
+    }
+}
+
+impl RepositoryWalks {
+    /// A walk of `root` for the `.git` entries beneath it after commands (counted in tests).
+    fn walk_after(&self, root: &Path, probe: &GitProbe) -> GitEntries {
+        #[cfg(test)]
+        self.walked_after.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        git_entries_with(root, REPOSITORY_WALK, probe)
+    }
+
+    /// Records what the walk `now` saw and leaves in place (all but `made`) as the user's;
+    /// a folder not checked may hold a `.git` known before, which is not forgotten.
+    fn learn_after(&self, now: &GitEntries, made: &std::collections::HashSet<PathBuf>) {
+        let kept = now.found.iter().filter(|p| !made.contains(*p)).cloned();
+        self.learn(kept, now.complete && now.unchecked.is_empty());
     }
 }
 
@@ -781,8 +812,9 @@ pub(crate) struct TaskChecks(std::sync::Arc<std::sync::Mutex<Vec<std::sync::Weak
 impl TaskChecks {
     /// The check of a background task that starts now, from what was missing and the
     /// repositories beneath the root when it started: run when it ends, when its output
-    /// is read and when another command ends ([`TaskChecks::run`]), so that a `.git` it
-    /// makes is not left for the user's `git status` and the other tools while it runs.
+    /// is read and when another command ends ([`TaskChecks::command_ended`]), so that a
+    /// `.git` it makes is not left for the user's `git status` and the other tools while it
+    /// runs.
     pub(crate) fn watch(&self, absent: Absent) -> std::sync::Arc<TaskCheck> {
         let check = std::sync::Arc::new(TaskCheck {
             absent,
@@ -796,20 +828,51 @@ impl TaskChecks {
         check
     }
 
-    /// Runs the check of every task still watched, as a command or task ends: what each
-    /// made since it started is moved aside now, noted for its next read.
-    pub(crate) async fn run(&self) {
-        for check in self.running() {
-            check.run().await;
-        }
+    /// A foreground command ended: what it made (`absent`, taken as it started) is moved
+    /// aside, and so is what each task still running made since it started, noted for the
+    /// task's next read, all after one walk of the tree ([`check_together`]). The note for
+    /// the command's result, when there is any.
+    pub(crate) async fn command_ended(&self, absent: Absent) -> Option<String> {
+        let tasks = self.running_as(None, CheckOccasion::CommandEnd);
+        check_together_blocking(Some(absent), tasks).await
     }
 
-    /// Runs the check of every task still watched, as the tasks are listed: each walks the
-    /// tree only when its walk is due ([`TaskCheck::run_for_read`]).
+    /// A background task ended (its processes are gone): its last check, and the check of
+    /// every task still running, as at another command's end, with one walk of the tree.
+    pub(crate) async fn task_ended(&self, ended: &std::sync::Arc<TaskCheck>) {
+        let tasks = self.running_as(Some(ended), CheckOccasion::CommandEnd);
+        check_together_blocking(None, tasks).await;
+    }
+
+    /// The tasks are listed: the check of every task still running, as its output is read
+    /// ([`TaskCheck::run_for_read`]), with one walk of the tree when any's walk is due.
     pub(crate) async fn run_for_read(&self) {
-        for check in self.running() {
-            check.run_for_read().await;
+        let tasks = self.running_as(None, CheckOccasion::Read);
+        check_together_blocking(None, tasks).await;
+    }
+
+    /// The checks of the tasks still running, in the order they started, each with why it
+    /// runs: `ended`'s as its task ended, the others' as `occasion`.
+    fn running_as(
+        &self,
+        ended: Option<&std::sync::Arc<TaskCheck>>,
+        occasion: CheckOccasion,
+    ) -> Vec<(std::sync::Arc<TaskCheck>, CheckOccasion)> {
+        let mut running: Vec<_> = self
+            .running()
+            .into_iter()
+            .map(|check| {
+                let ends = ended.is_some_and(|ended| std::sync::Arc::ptr_eq(ended, &check));
+                (check, if ends { CheckOccasion::TaskEnd } else { occasion })
+            })
+            .collect();
+        // One no longer listed has had its last check: nothing is done for it again.
+        if let Some(ended) =
+            ended.filter(|e| !running.iter().any(|(c, _)| std::sync::Arc::ptr_eq(c, e)))
+        {
+            running.push((ended.clone(), CheckOccasion::TaskEnd));
         }
+        running
     }
 
     fn running(&self) -> Vec<std::sync::Arc<TaskCheck>> {
@@ -873,70 +936,23 @@ pub(crate) struct TaskCheck {
 }
 
 impl TaskCheck {
-    /// Moves aside what the task made since it started ([`Absent::move_planted`]), adding
-    /// the note to its notes; nothing once it has ended. As another command ends.
-    pub(crate) async fn run(self: &std::sync::Arc<Self>) {
-        self.run_as(CheckOccasion::CommandEnd).await;
-    }
-
-    /// The check as the task's output is read: the same, but the tree is walked only when
-    /// [`read_walks`] says so (toolmux's own missing files are looked at every time), and
-    /// nothing is done while another check of the task runs, whose note the next read
-    /// shows: a read waits neither for a walk of a large tree at each poll nor for one
-    /// under way.
+    /// The check as the task's output is read: what it made since it started is moved
+    /// aside ([`check_together`]), but the tree is walked only when [`read_walks`] says so
+    /// (toolmux's own missing files are looked at every time), and nothing is done while
+    /// another check of the task runs, whose note the next read shows: a read waits neither
+    /// for a walk of a large tree at each poll nor for one under way.
     pub(crate) async fn run_for_read(self: &std::sync::Arc<Self>) {
-        self.run_as(CheckOccasion::Read).await;
-    }
-
-    /// The task's last check, when it has ended (its processes are gone).
-    pub(crate) async fn finish(self: &std::sync::Arc<Self>) {
-        self.run_as(CheckOccasion::TaskEnd).await;
+        check_together_blocking(None, vec![(self.clone(), CheckOccasion::Read)]).await;
     }
 
     fn has_ended(&self) -> bool {
         self.ended.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    async fn run_as(self: &std::sync::Arc<Self>, occasion: CheckOccasion) {
-        let check = self.clone();
-        // Walks the tree: off the runtime's threads.
-        let ran = tokio::task::spawn_blocking(move || check.run_now(occasion)).await;
-        if let Err(e) = ran {
-            tracing::warn!("looking for what a background task created failed: {e}");
-        }
-    }
-
-    fn run_now(&self, occasion: CheckOccasion) {
-        let mut last_walk = match occasion {
-            CheckOccasion::Read => match self.last_walk.try_lock() {
-                Ok(last_walk) => last_walk,
-                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return,
-            },
-            CheckOccasion::CommandEnd | CheckOccasion::TaskEnd => {
-                self.last_walk.lock().unwrap_or_else(|e| e.into_inner())
-            }
-        };
-        if self.has_ended() {
-            return;
-        }
-        if occasion == CheckOccasion::TaskEnd {
-            self.ended.store(true, std::sync::atomic::Ordering::Release);
-        }
-        let walk = occasion != CheckOccasion::Read
-            || read_walks(last_walk.as_ref(), std::time::Instant::now());
-        let started = std::time::Instant::now();
-        let planted = self.absent.move_planted_now(walk);
-        if walk {
-            let ended = std::time::Instant::now();
-            *last_walk = Some(LastWalk { ended, took: ended - started, moved: planted.moved });
-        }
-        let Some(note) = planted.note else { return };
-        let mut notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
-        // A folder that cannot be checked is said once, not at every check.
-        if !notes.contains(&note) {
-            notes.push(note);
-        }
+    /// One check of this task alone, on this thread.
+    #[cfg(test)]
+    fn run_now(self: &std::sync::Arc<Self>, occasion: CheckOccasion) {
+        check_together(None, &[(self.clone(), occasion)]);
     }
 
     /// The notes from the `from`th on, and how many there are in all.
@@ -946,52 +962,171 @@ impl TaskCheck {
     }
 }
 
-impl Absent {
-    /// Moves aside each of the files that the command created (to `NAME.rejected`, or
-    /// `NAME.rejected.N` when that is taken): toolmux's configuration is the user's to
-    /// write, and one planted by a command would run what it says at the next start. The
-    /// note for the command's result, when there was any.
-    pub(crate) async fn move_planted(self) -> Option<String> {
-        // Walks the tree: off the runtime's threads.
-        tokio::task::spawn_blocking(move || self.move_planted_now(true).note).await.unwrap_or_else(
-            |e| {
-                tracing::warn!("looking for what a command created failed: {e}");
-                None
+/// [`check_together`] on the blocking pool: it walks the tree.
+async fn check_together_blocking(
+    command: Option<Absent>,
+    tasks: Vec<(std::sync::Arc<TaskCheck>, CheckOccasion)>,
+) -> Option<String> {
+    let checked = tokio::task::spawn_blocking(move || check_together(command.as_ref(), &tasks));
+    checked.await.unwrap_or_else(|e| {
+        tracing::warn!("looking for what a command or background task created failed: {e}");
+        None
+    })
+}
+
+/// One check for what commands made beneath the root, on one occasion: the end of a
+/// foreground command (`command`, taken as it started) and the checks of background tasks
+/// (`tasks`, in the order they started, each with why it runs). The tree is walked once for
+/// them all, when any of them walks (a read only when due: [`read_walks`]), and each
+/// repository found is judged against each one's start: it is moved aside when any of them
+/// could have made it, with a note to the first that could (the command, the task that
+/// ended, then the others in the order they started). Each check walking on its own made a
+/// command's end with N tasks running cost N + 1 walks, each up to [`REPOSITORY_WALK`].
+///
+/// A read does nothing for a task whose check another holds (the next read shows that
+/// one's note); the ends wait for it. Returns the command's note, when there is any.
+fn check_together(
+    command: Option<&Absent>,
+    tasks: &[(std::sync::Arc<TaskCheck>, CheckOccasion)],
+) -> Option<String> {
+    // Invariant: the tasks' checks are taken in the order the tasks started, the same in
+    // every check, so that two checks that wait cannot each hold a task the other waits for.
+    let mut held = Vec::new();
+    for (check, occasion) in tasks {
+        let last_walk = match occasion {
+            CheckOccasion::Read => match check.last_walk.try_lock() {
+                Ok(last_walk) => last_walk,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => continue,
             },
-        )
+            CheckOccasion::CommandEnd | CheckOccasion::TaskEnd => {
+                check.last_walk.lock().unwrap_or_else(|e| e.into_inner())
+            }
+        };
+        if check.has_ended() {
+            continue;
+        }
+        if *occasion == CheckOccasion::TaskEnd {
+            check.ended.store(true, std::sync::atomic::Ordering::Release);
+        }
+        held.push((check, last_walk, *occasion));
+    }
+    // The task that ended is judged first, as its own check was run first.
+    held.sort_by_key(|(_, _, occasion)| *occasion != CheckOccasion::TaskEnd);
+    let now = std::time::Instant::now();
+    let walk = command.is_some()
+        || held.iter().any(|(_, last_walk, occasion)| {
+            *occasion != CheckOccasion::Read || read_walks(last_walk.as_ref(), now)
+        });
+    let absents: Vec<&Absent> =
+        command.into_iter().chain(held.iter().map(|(check, ..)| &check.absent)).collect();
+    let started = std::time::Instant::now();
+    let mut planted = Absent::move_planted_together(&absents, walk).into_iter();
+    let ended = std::time::Instant::now();
+    let note = command.and_then(|_| planted.next()).and_then(|planted| planted.note);
+    for ((check, mut last_walk, _), planted) in held.into_iter().zip(planted) {
+        if walk {
+            *last_walk = Some(LastWalk { ended, took: ended - started, moved: planted.moved });
+        }
+        let Some(note) = planted.note else { continue };
+        let mut notes = check.notes.lock().unwrap_or_else(|e| e.into_inner());
+        // A folder that cannot be checked is said once, not at every check.
+        if !notes.contains(&note) {
+            notes.push(note);
+        }
+    }
+    note
+}
+
+/// One walk after commands of a root, shared by the checks of one occasion.
+struct SharedWalk<'a> {
+    root: &'a Path,
+    walks: &'a RepositoryWalks,
+    entries: GitEntries,
+    /// What a check judged made so far: not judged again by the checks after it.
+    made: std::collections::HashSet<PathBuf>,
+}
+
+impl Absent {
+    /// Moves aside what each of `absents` (commands and background tasks of one sandbox,
+    /// as they started) created since: each of toolmux's files missing then (to
+    /// `NAME.rejected`, or `NAME.rejected.N` when that is taken: toolmux's configuration is
+    /// the user's to write, and one planted by a command would run what it says at the
+    /// next start), the root's own pieces of a bare repository, and with `walk` each
+    /// repository found beneath the root by one walk that it could have made, one found by
+    /// several going to the first. What each did, in their order.
+    ///
+    /// May run more than once for a task: what was moved aside is not there to be found
+    /// again, and one moved since by another check is passed over. Without `walk` only
+    /// toolmux's missing files and the root's own pieces are looked at (a few `lstat`s).
+    fn move_planted_together(absents: &[&Absent], walk: bool) -> Vec<Planted> {
+        let moved: Vec<Vec<String>> = absents.iter().map(|absent| absent.move_missing()).collect();
+        // Invariant: one sandbox's, so one root; a walk per root all the same.
+        let mut walked: Vec<SharedWalk<'_>> = Vec::new();
+        let mut made = Vec::new();
+        for absent in absents {
+            let Some(repositories) = absent.repositories.as_ref().filter(|_| walk) else {
+                made.push((Vec::new(), None));
+                continue;
+            };
+            let at = walked.iter().position(|w| w.root == absent.root).unwrap_or_else(|| {
+                let walks = &*repositories.walks;
+                let entries = walks.walk_after(&absent.root, &GitProbe::default());
+                let made = Default::default();
+                walked.push(SharedWalk { root: &absent.root, walks, entries, made });
+                walked.len() - 1
+            });
+            let shared = &mut walked[at];
+            let mine: Vec<PathBuf> = (repositories.made_of(&shared.entries).into_iter())
+                .filter(|path| shared.made.insert(path.clone()))
+                .collect();
+            made.push((mine, Some(at)));
+        }
+        for shared in &walked {
+            shared.walks.learn_after(&shared.entries, &shared.made);
+            let cut_before = !shared.entries.complete
+                && shared.walks.cut.swap(true, std::sync::atomic::Ordering::Relaxed);
+            if !shared.entries.complete && !cut_before {
+                tracing::warn!(
+                    root = %shared.root.display(),
+                    "the walk for repositories a command made beneath the workspace root \
+                     took longer than {} s and was cut: one made past where it reached \
+                     stays; later commands walk only when they end",
+                    REPOSITORY_WALK.as_secs()
+                );
+            }
+        }
+        let no_folders = Vec::new();
+        absents
+            .iter()
+            .zip(moved)
+            .zip(made)
+            .map(|((absent, moved), (made, at))| {
+                let unchecked = at.map_or(&no_folders, |at| &walked[at].entries.unchecked);
+                absent.move_made(moved, &made, unchecked)
+            })
+            .collect()
     }
 
-    /// May run more than once (a background task's check): what was moved aside is not
-    /// there to be found again, and one moved since by another check is passed over.
-    /// Without `walk`, the tree is not walked for repositories: only toolmux's missing
-    /// files and the root's own pieces are looked at (a few `lstat`s).
-    fn move_planted_now(&self, walk: bool) -> Planted {
-        let mut moved = Vec::new();
-        for path in self.missing.iter().filter(|p| std::fs::symlink_metadata(p).is_ok()) {
-            moved.extend(move_aside(path, &self.root).map(|(note, _)| note));
-        }
+    /// Moves aside those of toolmux's files missing when the command started that are there
+    /// now; the notes of each.
+    fn move_missing(&self) -> Vec<String> {
+        let there = self.missing.iter().filter(|p| std::fs::symlink_metadata(p).is_ok());
+        there.filter_map(|path| move_aside(path, &self.root).map(|(note, _)| note)).collect()
+    }
+
+    /// After [`Absent::move_missing`] (which did `moved`): moves aside the root's own pieces
+    /// of a bare repository the command made and the repositories beneath it that it `made`,
+    /// and says what was done, and which `unchecked` folders the walk could not check.
+    fn move_made(
+        &self,
+        mut moved: Vec<String>,
+        made: &[PathBuf],
+        unchecked: &[PathBuf],
+    ) -> Planted {
         // The root's own `.git`, if the command made it, is gone by now.
-        let mut unchecked = Vec::new();
         let mut root_note = None;
         if let Some(repositories) = &self.repositories {
-            let made = if walk {
-                let (made, complete, not_checked) = repositories.made(&self.root);
-                unchecked = not_checked;
-                let cut_before = !complete
-                    && repositories.walks.cut.swap(true, std::sync::atomic::Ordering::Relaxed);
-                if !complete && !cut_before {
-                    tracing::warn!(
-                        root = %self.root.display(),
-                        "the walk for repositories a command made beneath the workspace root \
-                         took longer than {} s and was cut: one made past where it reached \
-                         stays; later commands walk only when they end",
-                        REPOSITORY_WALK.as_secs()
-                    );
-                }
-                made
-            } else {
-                Vec::new()
-            };
             let pieces = repositories.root_made_bare(&self.root);
             if !pieces.is_empty() {
                 tracing::warn!(root = %self.root.display(), "a command made the workspace root a bare git repository; moving aside what it created");
@@ -1043,7 +1178,7 @@ impl Absent {
     }
 }
 
-/// What one check for what a command or task created did ([`Absent::move_planted_now`]).
+/// What one check for what a command or task created did ([`Absent::move_made`]).
 #[derive(Debug, Default)]
 struct Planted {
     /// The note for the command's result, when there was any.
@@ -1337,7 +1472,7 @@ const REPOSITORY_ENTRIES: usize = 20_000;
 /// [`REPOSITORY_ENTRIES`] entries, so that the shallowest are found first and a large tree
 /// costs the start no more than that; ignored folders are looked into too (a clone is often
 /// ignored by the repository around it), a `.git` or a symlink is not. A repository a command
-/// makes later is moved aside when it ends ([`Absent::move_planted`]).
+/// makes later is moved aside when it ends ([`Sandbox::command_ended`]).
 fn nested_repositories(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut level = vec![root.to_path_buf()];
@@ -1692,6 +1827,79 @@ mod tests {
         check.run_now(CheckOccasion::TaskEnd);
         assert!(!root.join("busy/.git").exists(), "{}", notes(&check));
         assert!(checks.running().is_empty());
+    }
+
+    /// A command's end with three background tasks running walks the tree once for them
+    /// all, as does a task's end, where each task's check walked it on its own: each
+    /// repository made is moved aside all the same, noted to the first that could have made
+    /// it (the command, or the task that ended, then the others in the order they started),
+    /// and the user's stays.
+    #[test]
+    fn one_walk_serves_every_running_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("user/.git")).unwrap();
+        let walks = std::sync::Arc::new(RepositoryWalks::default());
+        let absent = || Absent {
+            missing: Vec::new(),
+            root: root.to_owned(),
+            repositories: Some(Repositories::before(root, walks.clone())),
+        };
+        let walked = || walks.walked_after.load(std::sync::atomic::Ordering::Relaxed);
+        let notes = |check: &TaskCheck| check.notes_from(0).0.join("\n");
+        // Three tasks, each made a repository before the next started; then a command.
+        let checks = TaskChecks::default();
+        let mut tasks = Vec::new();
+        for name in ["first", "second", "third"] {
+            tasks.push(checks.watch(absent()));
+            std::fs::create_dir_all(root.join(name).join(".git")).unwrap();
+        }
+        let command = absent();
+        std::fs::create_dir_all(root.join("command/.git")).unwrap();
+        let before = walked();
+        let note =
+            check_together(Some(&command), &checks.running_as(None, CheckOccasion::CommandEnd));
+        assert_eq!(walked() - before, 1, "walks at the command's end");
+        for name in ["first", "second", "third", "command"] {
+            let git = root.join(name).join(".git");
+            assert!(!git.exists() && root.join(name).join(".git.rejected").exists(), "{name}");
+        }
+        assert!(root.join("user/.git").exists());
+        let note = note.unwrap_or_default();
+        assert!(note.contains("`command/.git` (moved to `command/.git.rejected`)"), "{note}");
+        assert!(!note.contains("first/") && !note.contains("third/"), "{note}");
+        // The first task started before each was made: which task made which is not known.
+        let first = notes(&tasks[0]);
+        for name in ["first", "second", "third"] {
+            let moved = format!("`{name}/.git` (moved to `{name}/.git.rejected`)");
+            assert!(first.contains(&moved), "{first}");
+        }
+        assert!(!first.contains("command/.git"), "{first}");
+        assert_eq!((notes(&tasks[1]), notes(&tasks[2])), (String::new(), String::new()));
+        // The second task ends: its last check comes first, the others' with it.
+        std::fs::create_dir_all(root.join("later/.git")).unwrap();
+        let before = walked();
+        let ended = checks.running_as(Some(&tasks[1]), CheckOccasion::CommandEnd);
+        assert_eq!(check_together(None, &ended), None);
+        assert_eq!(walked() - before, 1, "walks at a task's end");
+        assert!(!root.join("later/.git").exists());
+        assert!(notes(&tasks[1]).contains("`later/.git`"), "{}", notes(&tasks[1]));
+        assert!(!notes(&tasks[0]).contains("later"), "{}", notes(&tasks[0]));
+        assert_eq!(checks.running().len(), 2);
+        // The tasks listed, the third's walk due and the first's not: one walk, which
+        // judges both.
+        *tasks[2].last_walk.lock().unwrap() = None;
+        *tasks[0].last_walk.lock().unwrap() = Some(LastWalk {
+            ended: std::time::Instant::now(),
+            took: std::time::Duration::from_secs(60),
+            moved: false,
+        });
+        std::fs::create_dir_all(root.join("listed/.git")).unwrap();
+        let before = walked();
+        check_together(None, &checks.running_as(None, CheckOccasion::Read));
+        assert_eq!(walked() - before, 1, "walks as the tasks are listed");
+        assert!(!root.join("listed/.git").exists() && root.join("user/.git").exists());
+        assert!(notes(&tasks[0]).contains("`listed/.git`"), "{}", notes(&tasks[0]));
     }
 
     /// A folder is a bare repository as git tells one, not by the names of its entries

@@ -534,12 +534,11 @@ pub(crate) async fn run(
         text.push_str(&note);
         output = output.with_extra("escapedKilled", json!(escaped.len()));
     }
-    if let Some(note) = absent.move_planted().await {
+    // What the background tasks still running made so far goes too, noted for their reads.
+    if let Some(note) = sandbox.command_ended(absent).await {
         text.push('\n');
         text.push_str(&note);
     }
-    // What the background tasks still running made so far goes too, noted for their reads.
-    sandbox.check_tasks().await;
     let (out_budget, err_budget) =
         allocate(out.chars_hint(), err.chars_hint(), config.output_cap_chars);
     let stdout_text = out.render(out_budget);

@@ -776,9 +776,9 @@ async fn watch(
     }
     // Its input closes with it (a write now fails at once, not after a timeout).
     *task.stdin.lock().await = None;
-    task.check.finish().await;
-    // Another command's end: what the tasks still running made so far goes too.
-    checks.run().await;
+    // Its last check; what the tasks still running made so far goes too, as at another
+    // command's end.
+    checks.task_ended(&task.check).await;
     let mut state = task.lock();
     state.end = Some((end, task.started.elapsed()));
     drop(state);
