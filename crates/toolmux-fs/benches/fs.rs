@@ -236,28 +236,9 @@ fn bash_against_a_spawn(quick: bool) {
                 .expect("bash runs");
             assert!(status.status.success());
             spawned.push(started.elapsed());
-            let started = Instant::now();
-            let result = runtime
-                .block_on(fs.call("bash", json!({"command": "true"}), &CallContext::new()))
-                .expect("fs__bash runs");
-            assert!(!result.is_error, "{}", result.to_text());
-            called.push(started.elapsed());
-            let started = Instant::now();
-            let result = runtime
-                .block_on(in_repository.call(
-                    "bash",
-                    json!({"command": "true"}),
-                    &CallContext::new(),
-                ))
-                .expect("fs__bash runs");
-            assert!(!result.is_error, "{}", result.to_text());
-            viewed.push(started.elapsed());
-            let started = Instant::now();
-            let result = runtime
-                .block_on(offline.call("bash", json!({"command": "true"}), &CallContext::new()))
-                .expect("fs__bash runs");
-            assert!(!result.is_error, "{}", result.to_text());
-            covered.push(started.elapsed());
+            called.push(bash_true(&runtime, &fs));
+            viewed.push(bash_true(&runtime, &in_repository));
+            covered.push(bash_true(&runtime, &offline));
             let mark = toolmux_core::ProcessMark::new();
             let started = Instant::now();
             assert!(mark.sweep().is_empty());
@@ -300,14 +281,7 @@ fn bash_with_protect_lines(tree: &Path, quick: bool) {
     };
     let (plain, protected) = (provider(false), provider(true));
     let runs = if quick { 10 } else { 60 };
-    let call = |fs: &FsProvider| {
-        let started = Instant::now();
-        let result = runtime
-            .block_on(fs.call("bash", json!({"command": "true"}), &CallContext::new()))
-            .expect("fs__bash runs");
-        assert!(!result.is_error, "{}", result.to_text());
-        started.elapsed()
-    };
+    let call = |fs: &FsProvider| bash_true(&runtime, fs);
     // Each round: a call without the lines, then, with them, a call after more than the
     // two seconds what they matched is used again (a walk) and one right after (none).
     let (mut without, mut walked, mut again) = (Vec::new(), Vec::new(), Vec::new());
@@ -369,14 +343,7 @@ fn bash_beside_other_runs(quick: bool) {
         ));
     let fs = FsProvider::new(config).expect("provider");
     let runs = if quick { 30 } else { 300 };
-    let call = || {
-        let started = Instant::now();
-        let result = runtime
-            .block_on(fs.call("bash", json!({"command": "true"}), &CallContext::new()))
-            .expect("fs__bash runs");
-        assert!(!result.is_error, "{}", result.to_text());
-        started.elapsed()
-    };
+    let call = || bash_true(&runtime, &fs);
     call();
     let mut none: Vec<Duration> = (0..runs).map(|_| call()).collect();
     for n in 0..500u32 {
@@ -516,6 +483,16 @@ fn glob_against_rg_files(tree: &Path, quick: bool) {
         )
         .expect("write to stdout");
     }
+}
+
+/// How long one `fs__bash` call of `true` through `fs` takes, which must succeed.
+fn bash_true(runtime: &tokio::runtime::Runtime, fs: &FsProvider) -> Duration {
+    let started = Instant::now();
+    let result = runtime
+        .block_on(fs.call("bash", json!({"command": "true"}), &CallContext::new()))
+        .expect("fs__bash runs");
+    assert!(!result.is_error, "{}", result.to_text());
+    started.elapsed()
 }
 
 /// Files and folders beneath `dir`.

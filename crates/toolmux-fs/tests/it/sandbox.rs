@@ -264,33 +264,30 @@ async fn a_background_task_is_confined_too() {
     if kernel == Kernel::None {
         return assert_refused(&sb, "bash", args).await;
     }
-    let started = sb.call("bash", args).await;
-    let id = started.extras["taskId"].as_str().unwrap().to_owned();
-    let out = sb.call("task_output", json!({"task_id": id, "block_ms": 10_000})).await;
-    let mut text = out.to_text();
-    if out.extras["running"] == true {
-        // The output came before the end: wait for the end too.
-        let more = sb.call("task_output", json!({"task_id": id, "block_ms": 10_000})).await;
-        text.push_str(&more.to_text());
-    }
+    let text = task_to_its_end(&sb.fs, &command).await;
     assert!(text.contains("Permission denied"), "{text}");
     assert!(text.contains("exited with code 1"), "{text}");
     assert_eq!(std::fs::read_to_string(sb.root.join("task.txt")).unwrap(), "in\n");
     assert!(!target.exists());
 }
 
-/// The last output of `command` run as a background task of `fs`, read until it has
-/// ended (for up to 10 s).
+/// What `command`, run as a background task of `fs`, printed and its last word, read
+/// until it has ended (for up to 10 s).
 async fn task_to_its_end(fs: &FsProvider, command: &str) -> String {
     let args = json!({"command": command, "run_in_background": true});
     let started = fs.call("bash", args, &CallContext::new()).await.unwrap();
-    let id = started.extras["taskId"].as_str().unwrap().to_owned();
+    read_to_its_end(fs, started.extras["taskId"].as_str().unwrap()).await
+}
+
+/// Every read of the background task `id` of `fs`, one after the other, until one says it
+/// has ended (for up to 10 s).
+async fn read_to_its_end(fs: &FsProvider, id: &str) -> String {
     let mut text = String::new();
     for _ in 0..50 {
         let args = json!({"task_id": id, "block_ms": 200});
         let out = fs.call("task_output", args, &CallContext::new()).await.unwrap();
-        text = out.to_text();
-        if out.extras["running"] == false {
+        text.push_str(&out.to_text());
+        if out.extras["running"] != true {
             break;
         }
     }
@@ -1120,15 +1117,7 @@ async fn a_confined_task_on_a_terminal_reaches_its_own_terminal() {
         return assert_refused(&sb, "bash", args).await;
     }
     let started = sb.call("bash", args).await;
-    let id = started.extras["taskId"].as_str().unwrap().to_owned();
-    let mut text = String::new();
-    for _ in 0..20 {
-        let out = sb.call("task_output", json!({"task_id": id, "block_ms": 500})).await;
-        text.push_str(&out.to_text());
-        if out.extras["running"] != true {
-            break;
-        }
-    }
+    let text = read_to_its_end(&sb.fs, started.extras["taskId"].as_str().unwrap()).await;
     assert!(text.contains("via-tty") && text.contains("exited with code 0"), "{text}");
     let plain = sb.bash("echo no > /dev/tty").await;
     assert!(plain.is_error, "{}", plain.to_text());
