@@ -8,8 +8,8 @@ use toolmux::toolmux_mcp::server::ClientProfile;
 const EXIT_CODES: &str = "\
 Configuration: --config FILE (given again, each later file is merged over the ones before:
 --config tools.yml --config mcp.yml), else $TOOLMUX_CONFIG, else ./toolmux.yaml, ./toolmux.yml,
-./toolmux.json or ./toolmux.toml; with none, the read-only file tools (fs__read, fs__grep, fs__glob, fs__ls)
-on the current directory. It is merged over the user's ~/.config/toolmux/config.yaml
+./toolmux.json or ./toolmux.toml (two of them is an error); with none, the read-only file tools
+(fs__read, fs__grep, fs__glob, fs__ls) on the current directory. It is merged over the user's ~/.config/toolmux/config.yaml
 ($TOOLMUX_USER_CONFIG; empty for none) and under /etc/toolmux/managed.yaml when they
 exist. Outputs over the size cap are stored; output__read reads them on.
 

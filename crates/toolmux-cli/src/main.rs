@@ -216,13 +216,38 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
+/// Refuses a folder holding more than one of the files [`config::discover`] looks for
+/// (such as `toolmux.yaml` and `toolmux.json`): it would read the first and pass over the
+/// others without a word, and a person editing one of those would see nothing change.
+fn one_project_file(cwd: &Path) -> Result<(), ToolmuxError> {
+    let found: Vec<&str> =
+        config::FILE_NAMES.iter().copied().filter(|name| cwd.join(name).is_file()).collect();
+    let [first, second, ..] = found[..] else {
+        return Ok(());
+    };
+    let others = found[1..].iter().map(|name| format!("`{name}`")).collect::<Vec<_>>();
+    Err(ToolmuxError::config(
+        first,
+        format!(
+            "{} {} in this folder too, and toolmux reads one file only: remove the one you do \
+             not mean, or name the one to read with --config (`--config {second}`)",
+            others.join(" and "),
+            if others.len() == 1 { "is" } else { "are" },
+        ),
+    ))
+}
+
 /// The configuration: `--config` (the files after the first merged over it), else
-/// `TOOLMUX_CONFIG`, `./toolmux.yaml` / `.json`, or none, over the user's file and under
-/// the managed one.
+/// `TOOLMUX_CONFIG`, one of `./toolmux.yaml`, `.yml`, `.json` or `.toml`, or none, over the
+/// user's file and under the managed one.
 fn load(explicit: &[PathBuf], cwd: &Path) -> anyhow::Result<Loaded> {
     let env = |name: &str| std::env::var(name).ok();
     let from_env = std::env::var_os("TOOLMUX_CONFIG").map(PathBuf::from);
     let first = explicit.first().map(PathBuf::as_path);
+    let named = first.is_some() || from_env.as_ref().is_some_and(|p| !p.as_os_str().is_empty());
+    if !named {
+        one_project_file(cwd)?;
+    }
     let path = config::discover(first, from_env.as_deref(), cwd).map(|p| cwd.join(p));
     let mut layers = config::Layers::discover(&env);
     layers.added = explicit.iter().skip(1).map(|p| cwd.join(p)).collect();

@@ -308,6 +308,33 @@ fn file_is_found_in_the_current_folder() {
     assert!(run.ok().contains("fs__write"), "{}", run.stdout);
 }
 
+/// Two of the files looked for in the current folder are an error naming both, where the
+/// first (`toolmux.yaml`) was read and the other passed over without a word; `--config`
+/// chooses.
+#[test]
+fn two_files_in_the_current_folder_are_an_error() {
+    let project = Project::new();
+    project
+        .file("toolmux.yaml", "fs: {}\n")
+        .file("toolmux.json", r#"{"fs": {"permissions": ["read", "write"]}}"#);
+    let run = project.run(&["tools", "list"]);
+    assert_eq!((run.code, run.stdout.as_str()), (2, ""), "{run:?}");
+    expect![[r#"
+        error: toolmux.yaml: `toolmux.json` is in this folder too, and toolmux reads one file only: remove the one you do not mean, or name the one to read with --config (`--config toolmux.json`)"#]]
+    .assert_eq(run.stderr.trim());
+    let message = project.run(&["tools", "list", "--json"]).json_error();
+    assert!(message.contains("`toolmux.json` is in this folder too"), "{message}");
+    let run = project.run(&["--config", "toolmux.json", "tools", "list"]);
+    assert!(run.ok().contains("fs__write"), "{run:?}");
+    project.file("toolmux.yml", "fs: {}\n");
+    let run = project.run(&["config", "check"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("`toolmux.yml` and `toolmux.json` are in this folder too"),
+        "{run:?}"
+    );
+}
+
 /// `tools.NAME` says what a tool is instead of its provider: the listing shows it, and a
 /// setting that names no tool is a warning with the closest name.
 #[test]
