@@ -66,7 +66,13 @@ pub(crate) async fn until_interrupted<T>(
     Interruptible::Interrupted(tokio::time::timeout(INTERRUPT_GRACE, work).await.ok())
 }
 
-/// Writes `text` and a newline to stdout; a closed pipe (`| head`) is not an error.
+/// The first failure to write stdout but a closed pipe, kept for `main` to report: a full
+/// disk (`> out.json`) or a failing device lost what was printed, and the command must not
+/// end with 0 as if it were there.
+static STDOUT_FAILURE: std::sync::Mutex<Option<std::io::Error>> = std::sync::Mutex::new(None);
+
+/// Writes `text` and a newline to stdout; a closed pipe (`| head`) is not an error, and any
+/// other failure is kept for [`stdout_failure`].
 pub(crate) fn print(text: &str) {
     use std::io::IsTerminal as _;
     let mut out = std::io::stdout().lock();
@@ -75,7 +81,17 @@ pub(crate) fn print(text: &str) {
     // terminal, control characters other than line breaks and tabs are shown escaped.
     let text =
         if out.is_terminal() { for_terminal(text) } else { std::borrow::Cow::Borrowed(text) };
-    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+    if let Err(e) = writeln!(out, "{text}").and_then(|()| out.flush())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        let mut failure = STDOUT_FAILURE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        failure.get_or_insert(e);
+    }
+}
+
+/// Why something printed on stdout did not get there (a closed pipe aside), if it did not.
+pub(crate) fn stdout_failure() -> Option<std::io::Error> {
+    STDOUT_FAILURE.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
 }
 
 /// `text` with its control characters but line breaks and tabs shown as escapes (`\x1b`),

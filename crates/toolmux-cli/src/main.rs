@@ -92,6 +92,14 @@ fn main() -> ExitCode {
             commands::refuse(json_errors, code, &format!("{error:#}"))
         }
     };
+    // What was printed did not all reach stdout (a full disk): said, and never success.
+    let code = match commands::stdout_failure() {
+        Some(e) => {
+            eprintln!("error: cannot write the output to stdout: {e}; what it got is incomplete");
+            if code == 0 { exit::OTHER } else { code }
+        }
+        None => code,
+    };
     // Interrupted by a signal: its conventional code (143 for SIGTERM, 129 for SIGHUP). A
     // server stopped by one (its normal end) still exits 0.
     let code = match signals::exit_code() {

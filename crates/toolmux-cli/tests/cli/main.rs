@@ -213,13 +213,16 @@ pub(crate) fn start_and_signal(
     wait(child, Duration::from_secs(30))
 }
 
-/// Waits for `child` to exit, killing it after `limit`; collects its output.
+/// Waits for `child` to exit, killing it after `limit`; collects its output (stdout empty
+/// when it was not piped).
 pub(crate) fn wait(mut child: Child, limit: Duration) -> Run {
-    let mut stdout = child.stdout.take().expect("piped stdout");
+    let stdout = child.stdout.take();
     let mut stderr = child.stderr.take().expect("piped stderr");
     let out = std::thread::spawn(move || {
         let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
+        if let Some(mut stdout) = stdout {
+            let _ = stdout.read_to_string(&mut s);
+        }
         s
     });
     let err = std::thread::spawn(move || {

@@ -580,3 +580,39 @@ fn output_show_follows_no_link_planted_in_the_output_folder() {
         assert!(run.stderr.contains(&said), "{handle}: {run:?}");
     }
 }
+
+/// What was printed but could not be written (stdout a full disk, here `/dev/full`) is an
+/// error saying so, exit 4, where the command ended with 0 and the output was lost.
+#[test]
+fn output_that_cannot_be_written_is_an_error() {
+    let project = Project::new();
+    project.file("a.txt", "TODO\n");
+    for args in [&["tools", "list"][..], &["tools", "call", "fs__read", r#"{"path":"a.txt"}"#]] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+        let mut command = project.command(args);
+        command.stdin(Stdio::null()).stdout(full).stderr(Stdio::piped());
+        let run = crate::wait(command.spawn().expect("toolmux starts"), Duration::from_secs(60));
+        assert_eq!(run.code, 4, "{args:?}: {run:?}");
+        assert!(
+            run.stderr.contains(
+                "error: cannot write the output to stdout: No space left on device (os error 28); \
+                 what it got is incomplete"
+            ),
+            "{args:?}: {run:?}"
+        );
+    }
+}
+
+/// A reader that went away (`toolmux tools list | head -1`) is no failure: exit 0 and no
+/// word about it, and no panic of the standard library's `println!`.
+#[test]
+fn a_reader_that_went_away_is_no_failure() {
+    let project = Project::new();
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let mut command = project.command(&["tools", "list", "--json"]);
+    command.stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped());
+    let run = crate::wait(command.spawn().expect("toolmux starts"), Duration::from_secs(60));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.stderr, "", "{run:?}");
+}
