@@ -251,8 +251,8 @@ pub(crate) struct CallArgs {
     #[arg(value_name = "MORE", hide = true)]
     pub(crate) extra: Vec<String>,
     /// One argument; VALUE is read as JSON when it parses, else as a string, and as a
-    /// string where the tool's schema wants one (`--arg pattern=404`). Repeatable; wins
-    /// over ARGS_JSON.
+    /// string where the tool's schema wants one (`--arg pattern=404`). Repeatable, each
+    /// KEY once; wins over ARGS_JSON.
     #[arg(long = "arg", value_name = "KEY=VALUE")]
     pub(crate) args: Vec<String>,
     /// Print the whole result envelope as JSON.

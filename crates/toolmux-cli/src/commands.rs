@@ -538,6 +538,7 @@ pub(crate) fn call_arguments(
             Err(e) => bail!("ARGS_JSON is not valid JSON: {e}; {}", json_hint(text)),
         },
     };
+    let mut given: Vec<&str> = Vec::new();
     for pair in pairs {
         let Some((key, value)) = pair.split_once('=') else {
             bail!(
@@ -547,6 +548,17 @@ pub(crate) fn call_arguments(
         if key.trim().is_empty() {
             bail!("--arg `{pair}` has no name before `=`: write --arg KEY=VALUE");
         }
+        // A key given twice is refused: the later value won without a word, and a script
+        // that builds the options may repeat one by mistake. A list is one JSON array.
+        if let Some(earlier) =
+            given.iter().find(|p| p.split_once('=').is_some_and(|(k, _)| k == key))
+        {
+            bail!(
+                "--arg `{key}` is given twice (`{earlier}`, then `{pair}`): give each argument \
+                 once, and a list as one JSON array (`--arg {key}='[1, 2]'`)"
+            );
+        }
+        given.push(pair);
         let types = schema.and_then(|s| s.get("properties")?.get(key)).map(schema_types);
         let value = match serde_json::from_str::<Value>(value) {
             Ok(json) if !wants_text(types.as_deref(), &json) => json,

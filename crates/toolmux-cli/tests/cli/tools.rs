@@ -342,6 +342,30 @@ fn errors_under_json_are_one_json_object_on_stdout() {
     assert_eq!((run.code, run.stdout.as_str()), (2, ""), "{run:?}");
 }
 
+/// An `--arg` key given twice is refused (exit 2, before the call), where the later value
+/// was used without a word.
+#[test]
+fn an_arg_given_twice_is_refused() {
+    let project = project();
+    let args =
+        ["tools", "call", "fs__read", "--arg", "path=README.md", "--arg", "path=src/main.rs"];
+    let run = project.run(&args);
+    assert_eq!((run.code, run.stdout.as_str()), (2, ""), "{run:?}");
+    expect![[r#"
+        error: --arg `path` is given twice (`path=README.md`, then `path=src/main.rs`): give each argument once, and a list as one JSON array (`--arg path='[1, 2]'`)"#]]
+    .assert_eq(run.stderr.trim());
+    // Over ARGS_JSON, an `--arg` still wins.
+    let run = project.run(&[
+        "tools",
+        "call",
+        "fs__read",
+        r#"{"path":"nope"}"#,
+        "--arg",
+        "path=README.md",
+    ]);
+    expect!["1\thello"].assert_eq(run.ok().trim());
+}
+
 /// A call interrupted under `--json` ends with one JSON object on stdout saying so, with the
 /// exit code of the signal (SIGTERM's 143 here), where stdout was empty.
 #[test]
