@@ -413,7 +413,17 @@ impl<S> tracing_subscriber::layer::Filter<S> for StartFailures {
 pub(crate) async fn finish(toolmux: &Toolmux) {
     STOPPING.store(true, Ordering::Relaxed);
     if let Err(e) = toolmux.shutdown().await {
-        eprintln!("warning: {:#}", anyhow::Error::new(e));
+        eprintln!("warning: {}", stop_failure(&e));
+    }
+}
+
+/// What went wrong saving statistics or stopping, with its causes, each said once: a
+/// statistics file's own error names the file, which `ToolmuxError::Stats` names before it
+/// (`statistics file X: statistics file X is a folder ...`), and alone it says no cause.
+pub(crate) fn stop_failure(error: &toolmux::ToolmuxError) -> String {
+    match error {
+        toolmux::ToolmuxError::Stats { source, .. } => toolmux::toolmux_core::error_report(source),
+        other => toolmux::toolmux_core::error_report(other),
     }
 }
 
@@ -952,7 +962,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
             loop {
                 every.tick().await;
                 if let Err(e) = current.get().save_stats().await {
-                    tracing::warn!("cannot save statistics: {e}");
+                    tracing::warn!("cannot save statistics: {}", stop_failure(&e));
                 }
             }
         }
@@ -1072,7 +1082,7 @@ pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<
         }
         for p in &report.providers {
             let status = match &p.error {
-                None => format!("{} tools", p.tools),
+                None => plural(p.tools, "tool", "tools"),
                 Some(e) => format!("FAILED: {}", provider_error(&p.namespace, e)),
             };
             text.push_str(&format!(
@@ -1163,11 +1173,15 @@ fn without_secrets(value: &Value) -> Value {
     value
 }
 
+/// `n` and the noun for that many: `1 tool`, `2 tools`.
+fn plural<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many: &str) -> String {
+    let word = if n == N::from(1) { one } else { many };
+    format!("{n} {word}")
+}
+
 /// The first line of `config check`: the file is valid, and, when it is so, what did not
 /// start or fit, so that a check with failures never opens as if all were well.
 fn check_headline(file: &str, report: &WarmupReport) -> String {
-    let plural =
-        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let failed = report.providers.iter().filter(|p| p.error.is_some()).count();
     let errors = report.problems.iter().filter(|p| p.severity == Severity::Error).count();
     let mut wrong = Vec::new();
@@ -1212,9 +1226,9 @@ pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Resu
     match read {
         Ok(page) if page.lines == 0 && show.offset > 0 && show.offset >= page.total_lines => {
             let message = format!(
-                "--offset {} is past the end: the output has {} lines (offsets 0-{})",
+                "--offset {} is past the end: the output has {} (offsets 0-{})",
                 show.offset,
-                page.total_lines,
+                plural(page.total_lines, "line", "lines"),
                 page.total_lines.saturating_sub(1)
             );
             Ok(refuse(show.json, exit::CONFIG, &message))

@@ -404,7 +404,10 @@ pub(crate) async fn watch(
         // Counts so far go to the file, so the new orchestrator starts from them.
         let old = current.get();
         if let Err(e) = old.save_stats().await {
-            tracing::warn!("cannot save statistics before a reload: {e}");
+            tracing::warn!(
+                "cannot save statistics before a reload: {}",
+                crate::commands::stop_failure(&e)
+            );
         }
         let toolmux = match crate::commands::restart(&loaded, &old).await {
             Ok((toolmux, _report)) => toolmux,

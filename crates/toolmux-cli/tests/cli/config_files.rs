@@ -335,6 +335,16 @@ fn two_files_in_the_current_folder_are_an_error() {
     );
 }
 
+/// `config check` counts a provider's one tool as `1 tool`, where it said `1 tools`.
+#[test]
+fn check_counts_one_tool_in_words() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "fs: {}\n");
+    let run = project.run(&["config", "check"]);
+    let output = run.ok().lines().find(|l| l.trim_start().starts_with("output "));
+    assert!(output.is_some_and(|l| l.contains(" 1 tool (")), "{run:?}");
+}
+
 /// `tools.NAME` says what a tool is instead of its provider: the listing shows it, and a
 /// setting that names no tool is a warning with the closest name.
 #[test]

@@ -616,3 +616,34 @@ fn a_reader_that_went_away_is_no_failure() {
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(run.stderr, "", "{run:?}");
 }
+
+/// A page past the end of a one-line output says `1 line`, where it said `1 lines`.
+#[test]
+fn a_page_past_a_one_line_output_counts_it_in_words() {
+    let project = spilled_project();
+    project.file("long.txt", &format!("{}\n", "x".repeat(1500)));
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"long.txt"}"#, "--json"]);
+    let result: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    let handle = result["extras"]["spilled"]["handle"].as_str().expect("handle").to_owned();
+    let past = project.run(&["output", "show", &handle, "--offset", "5"]);
+    assert_eq!(past.code, 2, "{past:?}");
+    expect!["error: --offset 5 is past the end: the output has 1 line (offsets 0-0)"]
+        .assert_eq(past.stderr.trim());
+}
+
+/// A statistics file that cannot be saved is named once in the warning, with why, where
+/// the warning said `statistics file X: statistics file X is a folder ...`.
+#[test]
+fn statistics_that_cannot_be_saved_are_named_once() {
+    let project = Project::new();
+    project.file("a.txt", "TODO\n").file("toolmux.yaml", "defaults:\n  statsFile: stats\nfs: {}\n");
+    let path = project.path().join("stats");
+    std::fs::create_dir(&path).expect("a folder in the file's place");
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"a.txt"}"#]);
+    run.ok();
+    let named = format!("statistics file {}", path.display());
+    for line in run.stderr.lines().filter(|l| l.contains(&named)) {
+        assert_eq!(line.matches(&named).count(), 1, "{}", run.stderr);
+    }
+    assert!(run.stderr.contains("is a folder, not a regular file"), "{}", run.stderr);
+}
