@@ -586,11 +586,13 @@ pub struct McpServerEntry {
     pub command: Option<String>,
     /// Its arguments (numbers and booleans are taken as their text).
     #[serde(default, deserialize_with = "scalar::list", skip_serializing_if = "Vec::is_empty")]
+    #[schemars(with = "Option<Vec<String>>")]
     pub args: Vec<String>,
     /// Environment variables added to its environment (numbers and booleans are taken as
     /// their text); values from `${VAR}`, and values written here under a name that sounds
     /// secret (`API_KEY`, `GH_PAT`), are treated as secrets.
     #[serde(default, deserialize_with = "scalar::map", skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(with = "Option<BTreeMap<String, String>>")]
     pub env: BTreeMap<String, String>,
     /// A file of `KEY=value` lines added to its environment (VS Code); relative to the
     /// configuration file's folder.
@@ -622,7 +624,12 @@ pub struct McpServerEntry {
     pub env_inherit: Option<toolmux_mcp::EnvInherit>,
     /// Variables it inherits whatever `envInherit` says; the values of those whose names
     /// sound secret (`GITHUB_TOKEN`) are treated as secrets.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "Option<Vec<String>>")]
     pub env_passthrough: Vec<String>,
     /// Its working directory, relative to the configuration file's folder (default: that
     /// folder).
@@ -633,12 +640,18 @@ pub struct McpServerEntry {
     pub url: Option<String>,
     /// HTTP headers sent with every request, such as `Authorization: Bearer ${TOKEN}`.
     #[serde(default, deserialize_with = "scalar::map", skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(with = "Option<BTreeMap<String, String>>")]
     pub headers: BTreeMap<String, String>,
     /// Headers of an MCP client's request to `toolmux serve --http` passed on with each of
     /// its tool calls to this server (streamable HTTP only): `[X-Tenant-Id, X-User]`. The
     /// header that authenticated the client to toolmux (a bearer key or token,
     /// `X-API-Key`) is never passed on.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "Option<Vec<String>>")]
     pub passthrough_headers: Vec<String>,
     /// OAuth 2.1 to the server (streamable HTTP or SSE). Without it toolmux still authorizes a
     /// server that asks, by dynamic registration and `toolmux mcp login NAME`; with it a
@@ -653,7 +666,12 @@ pub struct McpServerEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools_allowed: Option<Vec<String>>,
     /// Globs over the server's own tool names never offered; deny wins over allow.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "Option<Vec<String>>")]
     pub tools_denied: Vec<String>,
     /// The queue (under `queues`) its calls wait in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -689,16 +707,31 @@ pub struct McpServerEntry {
     /// only reads (`readOnlyHint`) is still taken as possibly writing, so `@write` rules
     /// match it and `@read` and `@readOnly` do not. Set it for a server you trust, or mark
     /// single tools with `tools.NAME.annotations.readOnly`.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    #[schemars(with = "Option<bool>")]
     pub trust_annotations: bool,
     /// Start the server on first use rather than at startup; needs `tools`.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    #[schemars(with = "Option<bool>")]
     pub lazy: bool,
     /// One connection (for stdio, one process) per run: each MCP client session of
     /// `toolmux serve`, each named run, each agent run gets its own, for servers that keep
     /// state per client (a browser, a shell). Listing, prompts and resources use one
     /// shared connection.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    #[schemars(with = "Option<bool>")]
     pub per_session: bool,
     /// With `perSession`, runs with a connection open at once (default 16); the least
     /// recently used idle one is closed to make room, and when all are busy a new run's
@@ -710,7 +743,12 @@ pub struct McpServerEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_idle_ms: Option<u64>,
     /// Tools declared here, listed before the server starts.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "Option<Vec<toolmux_mcp::DeclaredTool>>")]
     pub tools: Vec<toolmux_mcp::DeclaredTool>,
     /// Protocol revision: `auto` (default), `legacy` (handshake) or `modern` (2026-07-28).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -719,7 +757,12 @@ pub struct McpServerEntry {
     /// (no client attached, or one without elicitation), answer them with the defaults
     /// their schema gives, as an unattended client; otherwise (the default) decline them.
     /// Questions the caller can answer always go to the caller.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    #[schemars(with = "Option<bool>")]
     pub accept_elicitation_defaults: bool,
     /// At most so many calls per period, for all of its tools together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -830,6 +873,8 @@ impl CursorAuth {
 
 /// A section written with nothing under it (`fs:` with its keys commented out, a YAML
 /// null) is the section with its defaults, not no section: `fs:` turned the file tools off.
+/// So is a list, a map or a switch of a server's entry (`toolsDenied:`, `lazy: null`): not
+/// set.
 mod empty {
     use serde::{Deserialize, Deserializer};
 
@@ -852,7 +897,8 @@ mod empty {
 }
 
 /// Strings that YAML writers often leave unquoted (`PORT: 8080`, `args: [--port, 8080]`):
-/// numbers and booleans are accepted as their text.
+/// numbers and booleans are accepted as their text. A list or a map written as `null`
+/// (`args:` with nothing under it) is empty, as a section is.
 #[cfg(feature = "mcp")]
 mod scalar {
     use serde::{Deserialize, Deserializer};
@@ -877,14 +923,14 @@ mod scalar {
     }
 
     pub(super) fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-        let items = Vec::<Scalar>::deserialize(d)?;
+        let items = Option::<Vec<Scalar>>::deserialize(d)?.unwrap_or_default();
         Ok(items.into_iter().map(Scalar::into_text).collect())
     }
 
     pub(super) fn map<'de, D: Deserializer<'de>>(
         d: D,
     ) -> Result<BTreeMap<String, String>, D::Error> {
-        let entries = BTreeMap::<String, Scalar>::deserialize(d)?;
+        let entries = Option::<BTreeMap<String, Scalar>>::deserialize(d)?.unwrap_or_default();
         Ok(entries.into_iter().map(|(k, v)| (k, v.into_text())).collect())
     }
 }

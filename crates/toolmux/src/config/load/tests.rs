@@ -1307,3 +1307,31 @@ fn the_schema_lets_every_section_be_empty_as_the_loader_does() {
     assert!(servers.config.mcp_servers.is_empty());
     assert!(crate::config::admits_null(&sections["servers"]));
 }
+
+/// A list, a map or a switch of a server's entry written as `null` (`args:` with nothing
+/// under it) is not set, to the loader and to the schema alike, as a section is: `args`,
+/// `env`, `headers`, `toolsDenied` and more were refused by both, while `toolsAllowed`
+/// passed both.
+#[test]
+fn every_key_of_a_server_may_be_null_to_the_loader_and_the_schema() {
+    let schema = crate::config::schema();
+    let keys = schema["$defs"]["McpServerEntry"]["properties"].as_object().expect("properties");
+    assert!(keys.len() > 30, "{keys:?}");
+    for (key, property) in keys {
+        let given = if key == "command" { "url: http://127.0.0.1:1/mcp" } else { "command: x" };
+        let text = format!("mcpServers:\n  a:\n    {given}\n    {key}: null\n");
+        if let Err(e) = load_as(FileFormat::Yaml, &text) {
+            panic!("{key}: {e}");
+        }
+        // A key of any value (VS Code's `dev`) has a schema of no type.
+        let any = ["type", "anyOf", "oneOf", "$ref"].iter().all(|k| property.get(k).is_none());
+        assert!(any || crate::config::admits_null(property), "{key}: {property}");
+    }
+    let loaded = loads(
+        FileFormat::Json,
+        r#"{"mcpServers": {"a": {"command": "x", "args": null, "env": null, "headers": null, "toolsAllowed": null, "lazy": null}}}"#,
+    );
+    let server = &loaded.config.mcp_servers["a"];
+    assert!(server.args.is_empty() && server.env.is_empty() && server.headers.is_empty());
+    assert_eq!((server.tools_allowed.as_ref(), server.lazy), (None, false));
+}
