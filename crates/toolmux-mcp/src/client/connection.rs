@@ -215,6 +215,11 @@ impl Stopping {
     }
 }
 
+/// How long the second handshake of `protocol: auto` waits for the first process to be
+/// reaped before it starts its own: SIGKILL makes it quick unless the process is stuck in
+/// the kernel, whose reap is then left to [`Stopping`].
+const RETRY_REAP_WAIT: Duration = Duration::from_secs(2);
+
 /// How much sooner than the startup timeout a server that wrote lines that are not
 /// messages is given up on, at most (see [`connect`]).
 const NOISE_MARGIN: Duration = Duration::from_millis(100);
@@ -261,7 +266,17 @@ pub(crate) async fn connect(
             // gets the handshake it understands, on a fresh connection.
             Err(McpError::Handshake { .. }) if mode == ProtocolMode::Auto => {
                 tracing::debug!(server, "server/discover failed; retrying with initialize");
-                if let Some(old) = process.take() {
+                // The first process is killed and reaped before the second starts: a
+                // server holding a lock, a pidfile or a fixed port while it runs could not
+                // start again while the first still did. Left in `process` while it is
+                // reaped, it is stopped with the rest should the startup timeout end the
+                // wait; one not reaped in time is left to `stopping`, and the retry goes on.
+                if let Some(old) = process.as_mut() {
+                    let _ = tokio::time::timeout(RETRY_REAP_WAIT, old.kill_now()).await;
+                }
+                if let Some(old) = process.take()
+                    && !old.is_reaped()
+                {
                     stopping.stop(old);
                 }
                 retried = true;

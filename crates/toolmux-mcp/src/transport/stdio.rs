@@ -189,6 +189,11 @@ impl ChildGroup {
         }
     }
 
+    /// Whether the child has been reaped and what it left running killed.
+    pub(crate) fn is_reaped(&self) -> bool {
+        self.exited.borrow().is_some()
+    }
+
     fn signal_group(&self) {
         // Once the reaper has told the exit, the group was killed and the leader reaped:
         // its id may now be another group's.

@@ -419,6 +419,25 @@ async fn a_server_slower_to_start_than_the_protocol_probe_is_started_once() {
     provider.shutdown().await.unwrap();
 }
 
+/// A server that answers `server/discover` with `{}` is started again for the `initialize`
+/// handshake (`protocol: auto`); one that holds a lock while it runs (a pidfile, a fixed
+/// port) and cannot start while another holds it starts the second time, as the first
+/// process is killed and reaped before the second starts.
+#[tokio::test]
+async fn the_retry_with_initialize_starts_once_the_first_server_is_gone() {
+    let lock = tempfile::NamedTempFile::new().unwrap();
+    for round in 0..10 {
+        let config = support::fixture_stdio("discover-empty")
+            .with_env("FIXTURE_LOCK_FILE", lock.path().to_str().unwrap())
+            .with_startup_timeout(Duration::from_secs(20));
+        let provider = provider_with(config);
+        let started = provider.warmup().await;
+        assert!(started.is_ok(), "round {round}: {started:?}");
+        assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ", "round {round}");
+        provider.shutdown().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn a_server_exiting_at_start_names_its_exit_status() {
     let provider = provider("exit-at-start");
