@@ -188,15 +188,37 @@ impl Connection {
 }
 
 /// Server processes being stopped after a failed start: the start's error is returned as
-/// soon as it is known, and the kill, reap and sweep of what it started go on here, where
-/// the provider's shutdown waits for them.
+/// soon as it is known, and the close of its session and the kill, reap and sweep of what
+/// it started go on here, where the provider's shutdown waits for them.
+///
+/// Dropped without that wait (a provider dropped without `shutdown`), it leaves no
+/// process behind, so it has no `Drop` of its own: its tasks go on, detached, while the
+/// runtime runs; a task that has not run yet holds its [`ChildGroup`], whose drop (when
+/// the runtime ends and drops the task) sends the group SIGKILL at once, and one that ran
+/// sent it already. Only the reap and the sweep of what left the group are then not
+/// awaited, as for any connection dropped with the runtime; the reaper's own drop kills
+/// the child, and the watchman (`toolmux_core::group_guard`) the group should toolmux die.
 #[derive(Debug, Default)]
 pub(crate) struct Stopping(Mutex<Vec<tokio::task::JoinHandle<()>>>);
 
 impl Stopping {
     /// Kills `process`'s group and reaps it in a task of its own.
     fn stop(&self, mut process: ChildGroup) {
-        let task = tokio::spawn(async move { process.kill_now().await });
+        self.keep(tokio::spawn(async move { process.kill_now().await }));
+    }
+
+    /// Closes `service` (within [`CLOSE_TIMEOUT`]), then kills and reaps `process`'s group,
+    /// in a task of its own.
+    fn close(&self, mut service: RunningService<RoleClient, Handler>, process: Option<ChildGroup>) {
+        self.keep(tokio::spawn(async move {
+            let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
+            if let Some(mut process) = process {
+                process.kill_now().await;
+            }
+        }));
+    }
+
+    fn keep(&self, task: tokio::task::JoinHandle<()>) {
         let mut tasks = self.0.lock().unwrap_or_else(|e| e.into_inner());
         tasks.retain(|t| !t.is_finished());
         tasks.push(task);
@@ -355,7 +377,7 @@ pub(crate) async fn connect(
     } else if retried {
         fault = retry_fault;
     }
-    let mut service = match service {
+    let service = match service {
         Some(Ok(service)) => service,
         // The error is known: the caller hears it now, while what was started is killed
         // and reaped in the background (up to 5 s, and the sweep), which ate the margin
@@ -385,18 +407,15 @@ pub(crate) async fn connect(
     };
     let info = service.peer_info();
     // MCP's version negotiation: a client that does not speak the version the server
-    // answered with disconnects.
+    // answered with disconnects. The caller hears why now; the session is closed (a
+    // server may take up to the close timeout to end it) and the process stopped in the
+    // background, where the provider's shutdown waits for them.
     if let Some(chosen) = info.as_ref().map(|i| &i.protocol_version)
         && !ProtocolVersion::KNOWN_VERSIONS.contains(chosen)
     {
-        let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
-        if let Some(process) = process {
-            stopping.stop(process);
-        }
-        return Err(McpError::Handshake {
-            server: server.to_owned(),
-            source: unknown_version(chosen).into(),
-        });
+        let source = unknown_version(chosen).into();
+        stopping.close(service, process);
+        return Err(McpError::Handshake { server: server.to_owned(), source });
     }
     let lane = process.as_ref().map(ChildGroup::lane);
     if let Some(lane) = &lane {

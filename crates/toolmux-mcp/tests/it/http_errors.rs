@@ -5,7 +5,10 @@
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tokio::sync::Notify;
 use toolmux_core::{CallContext, ToolProvider};
 use toolmux_mcp::{McpProvider, McpServerConfig, TransportKind};
 
@@ -235,4 +238,57 @@ async fn big_sse_server(size: usize) -> String {
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router).await });
     url
+}
+
+/// A server that answers `initialize` with a protocol version toolmux does not speak, and
+/// holds the `DELETE` of its session until `release` is notified; `deleted` is set when the
+/// `DELETE` arrives.
+async fn unknown_version_server(release: Arc<Notify>, deleted: Arc<AtomicBool>) -> String {
+    let mcp = |body: String| async move {
+        let message: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let Some(id) = message.get("id").cloned() else {
+            return StatusCode::ACCEPTED.into_response();
+        };
+        let result = json!({"protocolVersion": "1999-01-01", "capabilities": {"tools": {}},
+            "serverInfo": {"name": "future", "version": "1"}});
+        let answer = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+        let headers = [("mcp-session-id", "s1"), ("content-type", "application/json")];
+        (headers, answer).into_response()
+    };
+    let delete = move || async move {
+        deleted.store(true, Ordering::SeqCst);
+        release.notified().await;
+        StatusCode::OK
+    };
+    let router = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(mcp).get(|| async { StatusCode::METHOD_NOT_ALLOWED }).delete(delete),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    url
+}
+
+/// A protocol version toolmux does not speak fails the start at once: the session is
+/// closed in the background, where a server slow to end it (its `DELETE` held here) made
+/// the error wait for the close timeout (2 s), and the shutdown waits for that close.
+#[tokio::test]
+async fn an_unknown_protocol_version_fails_before_the_session_is_closed() {
+    let release = Arc::new(Notify::new());
+    let deleted = Arc::new(AtomicBool::new(false));
+    let url = unknown_version_server(release.clone(), deleted.clone()).await;
+    let config = McpServerConfig::remote(TransportKind::Http, url)
+        .with_protocol(toolmux_mcp::ProtocolMode::Legacy)
+        .with_startup_timeout(Duration::from_secs(10));
+    let provider = McpProvider::new("future", config).unwrap();
+    let started = std::time::Instant::now();
+    let error = provider.warmup().await.unwrap_err();
+    let took = started.elapsed();
+    assert!(error.to_string().contains("\"1999-01-01\", which toolmux does not speak"), "{error}");
+    // Against the close timeout of 2 s, which the error waited for.
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    release.notify_one();
+    provider.shutdown().await.unwrap();
+    assert!(deleted.load(Ordering::SeqCst), "the session was closed by the shutdown's end");
 }
