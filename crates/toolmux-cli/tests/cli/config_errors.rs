@@ -151,7 +151,7 @@ fn unknown_queue() {
         "toolmux.yaml",
         "fs: {}\ntools:\n  fs__grep: {queue: slow}\nqueues:\n  fast: {concurrent: 2}\n",
         expect![
-            "error: toolmux.yaml: tool `fs__grep` uses queue `slow`, which is not defined under `queues` (defined: fast)"
+            "error: toolmux.yaml:3:21: tools.fs__grep.queue: queue `slow` is not defined under `queues`; the queues defined are fast"
         ],
     );
 }

@@ -16,7 +16,7 @@
 //! relative to the project's folder, as when it is loaded alone.
 
 use super::Loaded;
-use super::load::read;
+use super::load::{QueuePlace, QueuePlaces, check_queues, read, undefined_queue};
 use crate::ToolmuxError;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
@@ -126,21 +126,23 @@ pub fn load_layered(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Loaded, ToolmuxError> {
     let shown = |path: &Path| path.strip_prefix(cwd).unwrap_or(path).display().to_string();
-    let (mut loaded, value) = match project {
+    let (mut loaded, value, queues) = match project {
         Some(path) => read(path, &shown(path), env)?,
         None => {
             let loaded = Loaded::without_file(cwd);
             let value = serde_json::to_value(&loaded.config).unwrap_or(Value::Null);
-            (loaded, value)
+            (loaded, value, QueuePlaces::new())
         }
     };
     if layers.user.is_none() && layers.managed.is_none() && layers.added.is_empty() {
+        check_queues(&loaded, &queues)?;
         return Ok(loaded);
     }
     // The project's part: without a file, the defaults for no file, under the user's.
     let own = Part {
         layer: loaded.layers.first().cloned(),
         value,
+        queues,
         secrets: std::mem::take(&mut loaded.secrets),
         warnings: std::mem::take(&mut loaded.warnings),
     };
@@ -158,15 +160,27 @@ pub fn load_layered(
     parts.extend(Part::read(LayerKind::Managed, layers.managed.as_deref(), cwd, env)?);
 
     let mut merged = Map::new();
+    // The file, as errors name it, and the place of the `queue` of each entry, from the
+    // layer that set the entry.
+    let mut queue_places = std::collections::BTreeMap::<String, (String, QueuePlace)>::new();
     for part in parts {
         let own = part.layer.as_ref().is_none_or(|l| l.kind == LayerKind::Project);
         let value = normalized(part.value);
         // Which file set each entry of a section (a server, an import), for the messages
         // about it; the project file's need no note (it is the one named by default).
         let origin = part.layer.as_ref().filter(|_| !own).map(|layer| shown(&layer.path));
+        let named = part.layer.as_ref().map_or_else(
+            || loaded.source_name().to_owned(),
+            |layer| match layer.kind {
+                LayerKind::Project => shown(&layer.path),
+                kind => format!("{} ({} configuration)", shown(&layer.path), kind.name()),
+            },
+        );
         for (section, entries) in &value {
             for key in entries.as_object().into_iter().flat_map(Map::keys) {
                 let entry = format!("{section}.{key}");
+                let place = part.queues.get(&entry).cloned().unwrap_or_default();
+                queue_places.insert(entry.clone(), (named.clone(), place));
                 match &origin {
                     Some(file) => loaded.origins.insert(entry, file.clone()),
                     None => loaded.origins.remove(&entry),
@@ -197,6 +211,12 @@ pub fn load_layered(
             ),
         }
     })?;
+    undefined_queue(&loaded.config, &|section, name| {
+        queue_places
+            .get(&format!("{section}.{name}"))
+            .cloned()
+            .unwrap_or_else(|| (loaded.source_name().to_owned(), QueuePlace::default()))
+    })?;
     Ok(loaded)
 }
 
@@ -205,6 +225,8 @@ struct Part {
     /// Its file; `None` for the defaults used without a project file.
     layer: Option<Layer>,
     value: Value,
+    /// Where its settings name queues.
+    queues: QueuePlaces,
     secrets: Vec<String>,
     warnings: Vec<String>,
 }
@@ -221,12 +243,14 @@ impl Part {
         let Some(path) = path else { return Ok(None) };
         let path = cwd.join(path);
         let shown = path.strip_prefix(cwd).unwrap_or(&path).display().to_string();
-        let (loaded, mut value) = read(&path, &shown, env).map_err(|e| in_layer(e, kind))?;
+        let (loaded, mut value, queues) =
+            read(&path, &shown, env).map_err(|e| in_layer(e, kind))?;
         let dir = path.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
         anchor_paths(&mut value, &dir);
         Ok(Some(Part {
             layer: Some(Layer { kind, path }),
             value,
+            queues,
             secrets: loaded.secrets,
             warnings: loaded.warnings,
         }))
@@ -576,6 +600,46 @@ commandTools:
             Layers { user: Some(files.path("gone.yaml")), managed: None, added: Vec::new() };
         let e = load_layered(Some(&project), files.dir.path(), &layers, &env).unwrap_err();
         assert!(e.to_string().contains("gone.yaml (user configuration)"), "{e}");
+    }
+
+    /// A queue a server names may be defined in another layer; one defined in none is
+    /// told in the file that set the server, at the line of its `queue`, with the closest
+    /// defined queue, where the error had neither file nor line and came only as the tools
+    /// were assembled.
+    #[test]
+    fn an_undefined_queue_is_told_in_the_file_that_named_it() {
+        let files = Files::new();
+        let user = files.write(
+            "u/config.yaml",
+            "queues:\n  fast: {concurrent: 2}\nmcpServers:\n  a:\n    command: x\n    queue: fats\n",
+        );
+        let project =
+            files.write("p/toolmux.yaml", "mcpServers:\n  b: {command: y, queue: fast}\n");
+        let layers = Layers { user: Some(user), managed: None, added: Vec::new() };
+        let e = load_layered(Some(&project), files.dir.path(), &layers, &env).unwrap_err();
+        expect![[
+            "u/config.yaml (user configuration):6:12: mcpServers.a.queue: queue `fats` is not defined under `queues`; did you mean `fast`?"
+        ]]
+        .assert_eq(&e.to_string());
+        // The project's entry replaces the user's whole: its queue is the one checked.
+        let project = files.write(
+            "p/toolmux.yaml",
+            "mcpServers:\n  a: {command: y}\n  b:\n    command: y\n    queue: slow\n",
+        );
+        let e = load_layered(Some(&project), files.dir.path(), &layers, &env).unwrap_err();
+        expect![[
+            "p/toolmux.yaml:5:12: mcpServers.b.queue: queue `slow` is not defined under `queues`; the queues defined are fast"
+        ]]
+        .assert_eq(&e.to_string());
+        // A queue the user's file defines serves the project's server.
+        let project =
+            files.write("p/toolmux.yaml", "mcpServers:\n  a: {command: y, queue: fast}\n");
+        let loaded = load_layered(Some(&project), files.dir.path(), &layers, &env).unwrap();
+        assert_eq!(loaded.config.mcp_servers["a"].queue.as_deref(), Some("fast"));
+        // The project's file alone, without the layer that defines it.
+        let e = load_layered(Some(&project), files.dir.path(), &Layers::none(), &env).unwrap_err();
+        expect!["p/toolmux.yaml:2:26: mcpServers.a.queue: queue `fast` is not defined under `queues`; no queue is defined: add one under `queues`, as in `queues: {fast: {concurrent: 4}}`"]
+        .assert_eq(&e.to_string());
     }
 
     #[test]

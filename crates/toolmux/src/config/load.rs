@@ -8,6 +8,7 @@
 
 use super::{Config, StatsFile, env, jsonc};
 use crate::ToolmuxError;
+pub(super) use checks::{QueuePlace, QueuePlaces, undefined_queue};
 use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};
 use toolmux_core::suggest::closest;
@@ -252,21 +253,24 @@ pub fn load(
     shown: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Loaded, ToolmuxError> {
-    Ok(read(path, shown, env)?.0)
+    let (loaded, _, queues) = read(path, shown, env)?;
+    check_queues(&loaded, &queues)?;
+    Ok(loaded)
 }
 
 /// [`load`], with the file's settings as written (`${VAR}` expanded) for merging with
-/// other layers: a foreign file's as toolmux's `mcpServers`.
+/// other layers (a foreign file's as toolmux's `mcpServers`) and where they name queues,
+/// which are not checked: another layer may define them.
 pub(super) fn read(
     path: &Path,
     shown: &str,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(Loaded, serde_json::Value), ToolmuxError> {
+) -> Result<(Loaded, serde_json::Value, QueuePlaces), ToolmuxError> {
     let text = super::file::read_regular(path, super::file::FileRole::Config)
         .map_err(|source| ToolmuxError::Read { file: shown.to_owned(), source })?;
     let base_dir = path.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
     let format = FileFormat::of(path);
-    let (mut loaded, value) = load_text(&text, format, Some(path), shown, &base_dir, env)?;
+    let (mut loaded, value, queues) = load_text(&text, format, Some(path), shown, &base_dir, env)?;
     // A file that loads as YAML whatever its name says deserves a word: `toolmux.conf`
     // holding JSON with comments would have failed as YAML. (A file that fails says
     // `invalid YAML` already.)
@@ -284,7 +288,16 @@ pub(super) fn read(
         );
     }
     let layer = super::Layer { kind: super::LayerKind::Project, path: path.to_path_buf() };
-    Ok((Loaded { path: Some(path.to_path_buf()), layers: vec![layer], ..loaded }, value))
+    Ok((Loaded { path: Some(path.to_path_buf()), layers: vec![layer], ..loaded }, value, queues))
+}
+
+/// Every queue the settings of `loaded`, one file's, name is defined; `places`: where the
+/// file names them.
+pub(super) fn check_queues(loaded: &Loaded, places: &QueuePlaces) -> Result<(), ToolmuxError> {
+    undefined_queue(&loaded.config, &|section, name| {
+        let place = places.get(&format!("{section}.{name}")).cloned().unwrap_or_default();
+        (loaded.source_name().to_owned(), place)
+    })
 }
 
 /// Checks configuration `text` in `format`, shown as `shown` in messages, with relative
@@ -296,11 +309,14 @@ pub fn load_str(
     base_dir: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Loaded, ToolmuxError> {
-    load_text(text, format, None, shown, base_dir, env).map(|(loaded, _)| loaded)
+    let (loaded, _, queues) = load_text(text, format, None, shown, base_dir, env)?;
+    check_queues(&loaded, &queues)?;
+    Ok(loaded)
 }
 
 /// [`load_str`], knowing the file's `path` when it was read from disk: its name tells
-/// whose settings file it is; with the settings as written, `${VAR}` expanded.
+/// whose settings file it is; with the settings as written, `${VAR}` expanded, and where
+/// they name queues (not checked: another layer may define them).
 fn load_text(
     text: &str,
     format: FileFormat,
@@ -308,7 +324,7 @@ fn load_text(
     shown: &str,
     base_dir: &Path,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(Loaded, serde_json::Value), ToolmuxError> {
+) -> Result<(Loaded, serde_json::Value, QueuePlaces), ToolmuxError> {
     let error = |position: Option<(usize, usize)>, message: String| ToolmuxError::Config {
         file: shown.to_owned(),
         line: position.map(|p| p.0),
@@ -394,7 +410,8 @@ fn load_text(
             layers: Vec::new(),
             origins: Default::default(),
         };
-        return Ok((loaded, serde_json::Value::Object(serde_json::Map::new())));
+        let empty = serde_json::Value::Object(serde_json::Map::new());
+        return Ok((loaded, empty, QueuePlaces::new()));
     }
 
     #[cfg(feature = "mcp")]
@@ -435,7 +452,7 @@ fn load_text(
             layers: Vec::new(),
             origins: Default::default(),
         };
-        return Ok((loaded, value));
+        return Ok((loaded, value, QueuePlaces::new()));
     }
     #[cfg(not(feature = "mcp"))]
     let _ = path;
@@ -461,6 +478,9 @@ fn load_text(
         }
     }
     let source = Source { text, format, shown, base_dir, env };
+    // The settings as written: a check that finds a value from the environment wrong
+    // shows its reference instead.
+    let written = value.clone();
     #[allow(unused_mut)]
     let (mut config, found, value) = expand_into::<Config>(value, &source)?;
 
@@ -470,7 +490,8 @@ fn load_text(
     for (name, entry) in &mut config.mcp_servers {
         entry.read_apps_keys(&format!("{shown}: mcpServers.{name}"), &mut warnings);
     }
-    checks::check(&config, &source)?;
+    checks::check(&config, &written, &source)?;
+    let queues = checks::queue_places(&config, &written, &source);
     if config.inputs.is_some() {
         warnings.push(format!(
             "{shown}: `inputs` is ignored: toolmux cannot prompt; use ${{env:VAR}} instead"
@@ -508,7 +529,7 @@ fn load_text(
         layers: Vec::new(),
         origins: Default::default(),
     };
-    Ok((loaded, value))
+    Ok((loaded, value, queues))
 }
 
 /// Adds to `secrets` the values an MCP server's environment gets besides the file's
@@ -635,7 +656,8 @@ fn expand_into<T: DeserializeOwned>(
                 // Read from the parsed value, which knows no lines: the key's line is looked
                 // up.
                 let position = key_position(source.text, &path);
-                let mut message = describe(&path, &e.into_inner().to_string());
+                let inner = e.into_inner().to_string();
+                let mut message = describe(&path, &inner);
                 // A value from the environment may be a credential: the reference as
                 // written is shown in its place.
                 // That holds for a value typed from a reference too (`maxRestarts: ${N}`,
@@ -649,8 +671,13 @@ fn expand_into<T: DeserializeOwned>(
                     && written.contains("${")
                 {
                     let shown = format!("{written:?} as expanded");
-                    message = match expanded {
-                        Some(quoted) if message.contains(&quoted) => {
+                    message = match (expanded, unknown_variant(&inner)) {
+                        // `type: ${T}`: the values it takes, and no guess from the value.
+                        (_, Some((_, expected))) => format!(
+                            "{path}: {shown} is none of the values it takes: {}",
+                            expected.join(", ")
+                        ),
+                        (Some(quoted), None) if message.contains(&quoted) => {
                             message.replace(&quoted, &shown)
                         }
                         _ => format!("{path}: {shown} does not fit here"),

@@ -1090,18 +1090,18 @@ fn settings_that_cannot_work_are_refused_with_their_line() {
     // write: it showed `example.com/mcp?token=ghp_secret_value&cb=http`.
     yaml_error(
         "mcpServers:\n  a:\n    url: 'example.com/mcp?token=${GITHUB_TOKEN}&cb=http://x'\n",
-        expect![
-            "toolmux.yaml:3:10: mcpServers.a.url: does not start with a scheme the http transport takes: it takes http:// or https://"
-        ],
+        expect![[
+            r#"toolmux.yaml:3:10: mcpServers.a.url: "example.com/mcp?token=${GITHUB_TOKEN}&cb=http://x" as expanded does not start with a scheme the http transport takes: it takes http:// or https://"#
+        ]],
     );
     // A scheme in capitals is the same scheme: `WSS://` is a WebSocket server's.
     let loaded = loads(FileFormat::Yaml, "mcpServers:\n  a:\n    url: WSS://127.0.0.1/x\n");
     assert_eq!(loaded.config.mcp_servers["a"].url.as_deref(), Some("WSS://127.0.0.1/x"));
     yaml_error(
         "mcpServers:\n  a:\n    type: websocket\n    url: '${PORT}'\n",
-        expect![
-            "toolmux.yaml:4:10: mcpServers.a.url: must start with ws:// or wss://, as in ws://127.0.0.1:8080/mcp"
-        ],
+        expect![[
+            r#"toolmux.yaml:4:10: mcpServers.a.url: "${PORT}" as expanded must start with ws:// or wss://, as in ws://127.0.0.1:8080/mcp"#
+        ]],
     );
     yaml_error(
         "queues:\n  q:\n    concurrent: 0\n",
@@ -1306,6 +1306,215 @@ fn the_schema_lets_every_section_be_empty_as_the_loader_does() {
     let servers = loads(FileFormat::Yaml, "servers:\n");
     assert!(servers.config.mcp_servers.is_empty());
     assert!(crate::config::admits_null(&sections["servers"]));
+}
+
+/// The error of a file whose `${MCP_URL}` (or any other variable of `vars`) holds `value`.
+fn error_with(text: &str, vars: &[(&str, &str)]) -> String {
+    let env = |name: &str| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned());
+    match load_str(text, FileFormat::Yaml, "toolmux.yaml", Path::new("/proj"), &env) {
+        Ok(loaded) => panic!("loaded: {:?}", loaded.config),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// A server's `url` from the environment that cannot work is told by its reference as
+/// written and what is wrong, never by any of its value (which may hold a token), whatever
+/// the fault: the host, the port and spaces were not checked at load, and the scheme's
+/// error did not say where the URL came from.
+#[test]
+fn a_url_from_the_environment_is_told_by_its_reference() {
+    let text = "mcpServers:\n  a:\n    url: ${MCP_URL}\n";
+    let cases = [
+        // No scheme.
+        (
+            "127.0.0.1:8080/mcp?token=SECRET123",
+            expect![[
+                r#"toolmux.yaml:3:10: mcpServers.a.url: "${MCP_URL}" as expanded must start with http:// or https://, as in http://127.0.0.1:8080/mcp"#
+            ]],
+        ),
+        // A scheme people write is named; any other text before `://` is not.
+        (
+            "ftp://127.0.0.1/mcp?token=SECRET123",
+            expect![[
+                r#"toolmux.yaml:3:10: mcpServers.a.url: "${MCP_URL}" as expanded has the scheme `ftp`; the http transport takes http:// or https://"#
+            ]],
+        ),
+        (
+            "SECRET123.example.com/mcp?cb=http://x",
+            expect![[
+                r#"toolmux.yaml:3:10: mcpServers.a.url: "${MCP_URL}" as expanded does not start with a scheme the http transport takes: it takes http:// or https://"#
+            ]],
+        ),
+        // The host.
+        (
+            "http://?token=SECRET123",
+            expect![[
+                r#"toolmux.yaml:3:10: mcpServers.a.url: "${MCP_URL}" as expanded has no host: name the server after http://, as in http://127.0.0.1:8080/mcp"#
+            ]],
+        ),
+        (
+            "http://SECRET123<x>/mcp",
+            expect![[
+                r#"toolmux.yaml:3:10: mcpServers.a.url: "${MCP_URL}" as expanded has a host that no server can have (a character such as `<`, `>`, `%`, `^` or `|` in its name): name the server after http://, as in http://127.0.0.1:8080/mcp"#
+            ]],
+        ),
+        (
+            "https://10.0.0.300/mcp?token=SECRET123",
+            expect![[
+                r#"toolmux.yaml:3:10: mcpServers.a.url: "${MCP_URL}" as expanded has a host that reads as an IPv4 address and is none (four numbers from 0 to 255): as in http://127.0.0.1:8080/mcp"#
+            ]],
+        ),
+        (
+            "http://[::1/mcp?token=SECRET123",
+            expect![[
+                r#"toolmux.yaml:3:10: mcpServers.a.url: "${MCP_URL}" as expanded has a host that reads as an IPv6 address and is none: write one in brackets, as in http://[::1]:8080/mcp"#
+            ]],
+        ),
+        // The port.
+        (
+            "http://127.0.0.1:99999/mcp?token=SECRET123",
+            expect![[
+                r#"toolmux.yaml:3:10: mcpServers.a.url: "${MCP_URL}" as expanded has a port that is no number from 0 to 65535: write it after the host's `:`, as in http://127.0.0.1:8080/mcp"#
+            ]],
+        ),
+        (
+            "http://127.0.0.1:SECRET123/mcp",
+            expect![[
+                r#"toolmux.yaml:3:10: mcpServers.a.url: "${MCP_URL}" as expanded has a port that is no number from 0 to 65535: write it after the host's `:`, as in http://127.0.0.1:8080/mcp"#
+            ]],
+        ),
+        // Spaces, tabs and line breaks, which the parser would drop or encode.
+        (
+            "http://127.0.0.1:8080/mcp?token=SECRET123 --verbose",
+            expect![[
+                r#"toolmux.yaml:3:10: mcpServers.a.url: "${MCP_URL}" as expanded holds a space, a tab or a line break, which no URL does: remove it, or write a space in a path or query as %20"#
+            ]],
+        ),
+        (
+            "http://127.0.0.1:8080/m\ncp?token=SECRET123",
+            expect![[
+                r#"toolmux.yaml:3:10: mcpServers.a.url: "${MCP_URL}" as expanded holds a space, a tab or a line break, which no URL does: remove it, or write a space in a path or query as %20"#
+            ]],
+        ),
+    ];
+    for (value, expected) in cases {
+        let error = error_with(text, &[("MCP_URL", value)]);
+        assert!(!error.contains("SECRET123"), "{error}");
+        expected.assert_eq(&error);
+    }
+    // A WebSocket server's, and a reference inside the text: the text as written is shown.
+    let error = error_with(
+        "mcpServers:\n  a:\n    type: websocket\n    url: 'ws://${HOST}/mcp'\n",
+        &[("HOST", "SECRET123:70000")],
+    );
+    expect![[r#"toolmux.yaml:4:10: mcpServers.a.url: "ws://${HOST}/mcp" as expanded has a port that is no number from 0 to 65535: write it after the host's `:`, as in ws://127.0.0.1:8080/mcp"#]].assert_eq(&error);
+    // A good URL loads, spaces at its ends dropped as the MCP client's parser drops them.
+    let env =
+        |name: &str| (name == "MCP_URL").then(|| " https://[::1]:8443/mcp?token=x\n".to_owned());
+    let loaded = load_str(text, FileFormat::Yaml, "toolmux.yaml", Path::new("/proj"), &env)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        loaded.config.mcp_servers["a"].url.as_deref(),
+        Some(" https://[::1]:8443/mcp?token=x\n")
+    );
+}
+
+/// The URL checks a value from the environment gets are those of a URL written in the file,
+/// which is shown as it is not secret: the host, the port and spaces were checked only as
+/// the server was started, without a line.
+#[test]
+fn a_written_url_is_checked_for_its_host_port_and_spaces() {
+    yaml_error(
+        "mcpServers:\n  a:\n    url: http://127.0.0.1:8o80/mcp\n",
+        expect![[
+            r#"toolmux.yaml:3:10: mcpServers.a.url: has a port that is no number from 0 to 65535: write it after the host's `:`, as in http://127.0.0.1:8080/mcp"#
+        ]],
+    );
+    yaml_error(
+        "mcpServers:\n  a:\n    url: 'https://my server/mcp'\n",
+        expect![[
+            r#"toolmux.yaml:3:10: mcpServers.a.url: holds a space, a tab or a line break, which no URL does: remove it, or write a space in a path or query as %20"#
+        ]],
+    );
+    json_error(
+        "{\"mcpServers\": {\"a\": {\"type\": \"sse\",\n  \"url\": \"http://:8080/sse\"}}}",
+        expect![[
+            r#"toolmux.json:2:10: mcpServers.a.url: has no host: name the server after http://, as in http://127.0.0.1:8080/mcp"#
+        ]],
+    );
+}
+
+/// A boolean, an enum's value or a number of milliseconds from the environment that does
+/// not fit is told by its reference, never its value, as numbers are (02b4410).
+#[test]
+fn a_boolean_or_enum_from_the_environment_is_told_by_its_reference() {
+    let error = error_with(
+        "mcpServers:\n  a:\n    command: x\n    enabled: ${ON}\n",
+        &[("ON", "maybe-SECRET123")],
+    );
+    expect![[r#"toolmux.yaml:4:5: mcpServers.a.enabled: expected true or false; found the string "${ON}" as expanded"#]].assert_eq(&error);
+    let error =
+        error_with("mcpServers:\n  a:\n    command: x\n    type: ${T}\n", &[("T", "SECRET123")]);
+    expect![[r#"toolmux.yaml:4:5: mcpServers.a.type: "${T}" as expanded is none of the values it takes: stdio, http, streamable-http, streamableHttp, streamable_http, sse, websocket, ws"#]].assert_eq(&error);
+    let error = error_with("defaults:\n  toolTimeout: ${T}\n", &[("T", "30s-SECRET123")]);
+    expect![[r#"toolmux.yaml:2:3: defaults.toolTimeout: expected a number of milliseconds, such as 30000; found the string "${T}" as expanded"#]].assert_eq(&error);
+    let error = error_with("fs:\n  bash:\n    enabled: ${ON}\n", &[("ON", "SECRET123")]);
+    expect![[r#"toolmux.yaml:3:5: fs.bash.enabled: "${ON}" as expanded does not fit here"#]]
+        .assert_eq(&error);
+    // What fits is typed: `yes` is no boolean of YAML 1.2, `true` and `false` are.
+    let env = |name: &str| (name == "ON").then(|| "false".to_owned());
+    let loaded = load_str(
+        "mcpServers:\n  a: {command: x, enabled: '${ON}'}\n",
+        FileFormat::Yaml,
+        "toolmux.yaml",
+        Path::new("/proj"),
+        &env,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.config.mcp_servers["a"].enabled, Some(false));
+}
+
+/// A setting that names a queue no `queues` entry defines is refused at load with the line
+/// of its `queue` and the closest defined queue, where it was told without a line as the
+/// tools were assembled (the orchestrator's check).
+#[test]
+fn an_undefined_queue_is_told_with_its_line_and_the_closest_queue() {
+    yaml_error(
+        "queues:\n  fast: {concurrent: 2}\n  slow: {concurrent: 1}\nmcpServers:\n  a:\n    command: x\n    queue: fats\n",
+        expect![
+            "toolmux.yaml:7:12: mcpServers.a.queue: queue `fats` is not defined under `queues`; did you mean `fast`?"
+        ],
+    );
+    json_error(
+        "{\"queues\": {\"fast\": {\"concurrent\": 2}},\n \"tools\": {\"fs__grep\": {\n  \"queue\": \"nope\"}}}",
+        expect![
+            "toolmux.json:3:12: tools.fs__grep.queue: queue `nope` is not defined under `queues`; the queues defined are fast"
+        ],
+    );
+    check_error(
+        FileFormat::Toml,
+        "[queues.fast]\nconcurrent = 2\n\n[restTools.lookup]\nurl = \"http://127.0.0.1:9/x\"\nqueue = \"fsat\"\n",
+        expect![
+            "toolmux.toml:6:1: restTools.lookup.queue: queue `fsat` is not defined under `queues`; did you mean `fast`?"
+        ],
+    );
+    yaml_error(
+        "openapi:\n  pets: {spec: pets.yaml, queue: slow}\n",
+        expect![
+            "toolmux.yaml:2:34: openapi.pets.queue: queue `slow` is not defined under `queues`; no queue is defined: add one under `queues`, as in `queues: {slow: {concurrent: 4}}`"
+        ],
+    );
+    // A name from the environment is shown as its reference.
+    let error = error_with(
+        "queues: {fast: {concurrent: 2}}\nservers:\n  a: {command: x, queue: '${Q}'}\n",
+        &[("Q", "SECRET123")],
+    );
+    expect![[r#"toolmux.yaml:3:26: mcpServers.a.queue: "${Q}" as expanded names no queue defined under `queues`; the queues defined are fast"#]].assert_eq(&error);
+    // A server that is not started is not checked, as its settings are never used.
+    loads(
+        FileFormat::Yaml,
+        "mcpServers:\n  a: {command: x, queue: nope, enabled: false}\n  b: {command: x, queue: nope, disabled: true}\n",
+    );
 }
 
 /// A list, a map or a switch of a server's entry written as `null` (`args:` with nothing
