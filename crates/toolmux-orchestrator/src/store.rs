@@ -343,7 +343,9 @@ impl DirectoryStore {
 
     /// Removes the outputs (and their runs' directories, once empty) last written longer
     /// than the retention ago, and returns how many. Only run directories (`run-*`) are
-    /// looked into: other files under the root (the statistics file) are left alone.
+    /// looked into: other files under the root (the statistics file) are left alone. A
+    /// folder where an output would be goes with everything in it; a symbolic link in place
+    /// of a run's directory or an output is removed as a link, never followed.
     pub fn sweep(&self) -> Result<usize, StoreError> {
         *self.swept.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         match self.retention {
@@ -374,49 +376,174 @@ impl DirectoryStore {
 }
 
 /// Removes what [`DirectoryStore::sweep`] removes, for outputs older than `retention`.
+///
+/// Everything beneath the root is reached through descriptors, never through paths: each
+/// run's folder is opened relative to the root's (`O_NOFOLLOW`), listed through its own
+/// descriptor, and its entries are removed relative to it (`unlinkat`), so that a link put
+/// in place of a run's folder or of one of its folders, even between a look and a removal,
+/// is never followed to remove what it leads to. Such a link, once as old as an output
+/// would be, is removed as the link it is. The paths only name what failed.
 fn sweep_older(root: &Path, retention: Duration) -> Result<usize, StoreError> {
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| StoreError::Io { path, source }
-    };
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    use rustix::io::Errno;
+    use std::os::fd::AsFd as _;
     let Some(cutoff) = std::time::SystemTime::now().checked_sub(retention) else {
         return Ok(0);
     };
-    let runs = match std::fs::read_dir(root) {
-        Ok(runs) => runs,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(io(root)(e)),
+    // Before 1970 nothing was written.
+    let Ok(cutoff) = cutoff.duration_since(std::time::UNIX_EPOCH) else {
+        return Ok(0);
+    };
+    let root_fd = match rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(0),
+        Err(e) => return Err(io_at(root, e)),
     };
     let mut removed = 0;
-    for run in runs {
-        let run = run.map_err(io(root))?;
-        let is_run = run.file_name().to_str().is_some_and(|n| n.starts_with("run-"));
-        if !is_run || !run.file_type().map_err(io(&run.path()))?.is_dir() {
+    for run in names_in(&root_fd, root)? {
+        if !run.to_bytes().starts_with(b"run-") {
             continue;
         }
-        let dir = run.path();
-        for output in std::fs::read_dir(&dir).map_err(io(&dir))? {
-            let output = output.map_err(io(&dir))?;
-            let name = output.file_name();
-            let name = name.to_string_lossy();
-            if !(name.starts_with("out-") || name.starts_with(".out-")) {
+        let path = root.join(name_of(&run));
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let folder = match rustix::fs::openat(&root_fd, run.as_c_str(), flags, Mode::empty()) {
+            Ok(folder) => folder,
+            // Removed meanwhile by another process sweeping the same folder.
+            Err(Errno::NOENT) => continue,
+            // ELOOP for a link, ENOTDIR for a file (a link too with some kernels).
+            Err(e @ (Errno::LOOP | Errno::NOTDIR)) => {
+                match rustix::fs::statat(&root_fd, run.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(stat)
+                        if rustix::fs::FileType::from_raw_mode(stat.st_mode)
+                            == rustix::fs::FileType::Symlink
+                            && written_before(&stat, cutoff) =>
+                    {
+                        match rustix::fs::unlinkat(&root_fd, run.as_c_str(), AtFlags::empty()) {
+                            Ok(()) | Err(Errno::NOENT) => {}
+                            Err(e) => return Err(io_at(&path, e)),
+                        }
+                    }
+                    // A file named like a run's folder is not the store's to remove.
+                    Ok(_) | Err(Errno::NOENT) => {}
+                    Err(_) => return Err(io_at(&path, e)),
+                }
                 continue;
             }
-            let modified =
-                output.metadata().and_then(|m| m.modified()).map_err(io(&output.path()))?;
-            if modified < cutoff {
-                match std::fs::remove_file(output.path()) {
-                    Ok(()) => removed += 1,
-                    // Removed meanwhile by another process sweeping the same directory.
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io(&output.path())(e)),
-                }
+            Err(e) => return Err(io_at(&path, e)),
+        };
+        for output in names_in(&folder, &path)? {
+            let name = output.to_bytes();
+            if !(name.starts_with(b"out-") || name.starts_with(b".out-")) {
+                continue;
+            }
+            let at = path.join(name_of(&output));
+            let stat =
+                match rustix::fs::statat(&folder, output.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(stat) => stat,
+                    Err(Errno::NOENT) => continue,
+                    Err(e) => return Err(io_at(&at, e)),
+                };
+            if written_before(&stat, cutoff) {
+                remove_at(folder.as_fd(), &output, &at, 0)?;
+                removed += 1;
             }
         }
-        // Fails while the directory holds anything, as it should.
-        let _ = std::fs::remove_dir(&dir);
+        // Fails while the folder holds anything, as it should; a link or a file put in its
+        // name's place meanwhile is no folder, and stays.
+        let _ = rustix::fs::unlinkat(&root_fd, run.as_c_str(), AtFlags::REMOVEDIR);
     }
     Ok(removed)
+}
+
+/// How deep the sweep goes into folders in a run's folder (the store makes none there): each
+/// level holds a descriptor open, and the process's are not the sweep's to use up.
+const SWEEP_MAX_DEPTH: usize = 32;
+
+/// Removes the entry `name` of the folder `parent` (`path`, for messages), a folder with
+/// everything in it, through descriptors only: anything but a folder, a link to one
+/// included, is removed as the name it is, and a folder is opened without following a
+/// link, emptied the same way, then removed. An entry already gone is no error.
+fn remove_at(
+    parent: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    path: &Path,
+    depth: usize,
+) -> Result<(), StoreError> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    use rustix::io::Errno;
+    use std::os::fd::AsFd as _;
+    // Removing first and asking after leaves no moment for the entry to change between.
+    let refused = match rustix::fs::unlinkat(parent, name, AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => return Ok(()),
+        // EISDIR from Linux, EPERM from POSIX, for a folder.
+        Err(e @ (Errno::ISDIR | Errno::PERM)) => e,
+        Err(e) => return Err(io_at(path, e)),
+    };
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let folder = match rustix::fs::openat(parent, name, flags, Mode::empty()) {
+        Ok(folder) => folder,
+        Err(Errno::NOENT) => return Ok(()),
+        // No folder after all: the refusal to remove it was for another reason.
+        Err(Errno::LOOP | Errno::NOTDIR) => return Err(io_at(path, refused)),
+        Err(e) => return Err(io_at(path, e)),
+    };
+    if depth >= SWEEP_MAX_DEPTH {
+        return Err(StoreError::Io {
+            path: path.to_owned(),
+            source: std::io::Error::other(format!(
+                "folders nested more than {SWEEP_MAX_DEPTH} deep, which the store never makes; \
+                 remove the folder by hand"
+            )),
+        });
+    }
+    for entry in names_in(&folder, path)? {
+        remove_at(folder.as_fd(), &entry, &path.join(name_of(&entry)), depth + 1)?;
+    }
+    match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(e) => Err(io_at(path, e)),
+    }
+}
+
+/// The names in the folder open as `folder` (`path`, for messages), `.` and `..` left out,
+/// read whole before any is removed.
+fn names_in(
+    folder: &std::os::fd::OwnedFd,
+    path: &Path,
+) -> Result<Vec<std::ffi::CString>, StoreError> {
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(folder).map_err(|e| io_at(path, e))? {
+        let entry = entry.map_err(|e| io_at(path, e))?;
+        let name = entry.file_name();
+        if name != c"." && name != c".." {
+            names.push(name.to_owned());
+        }
+    }
+    Ok(names)
+}
+
+/// A name read from a folder, as a path's part.
+fn name_of(name: &std::ffi::CStr) -> &std::ffi::OsStr {
+    use std::os::unix::ffi::OsStrExt as _;
+    std::ffi::OsStr::from_bytes(name.to_bytes())
+}
+
+/// Whether what `stat` describes was last written before `cutoff`, a time since 1970.
+// The fields' types differ between targets: a cast is a conversion on some, not others.
+#[allow(clippy::unnecessary_cast)]
+fn written_before(stat: &rustix::fs::Stat, cutoff: Duration) -> bool {
+    let (seconds, nanos) = (stat.st_mtime as i64, stat.st_mtime_nsec as u64);
+    let cutoff_seconds = i64::try_from(cutoff.as_secs()).unwrap_or(i64::MAX);
+    (seconds, nanos) < (cutoff_seconds, u64::from(cutoff.subsec_nanos()))
+}
+
+/// The store's error for `error`, met at `path`.
+fn io_at(path: &Path, error: rustix::io::Errno) -> StoreError {
+    StoreError::Io { path: path.to_owned(), source: error.into() }
 }
 
 /// Why an output could not be read or written beneath the store's root, and where.
@@ -813,6 +940,106 @@ mod tests {
         aged(&dir.path().join("run-a/out-old"), 100 * day);
         assert_eq!(forever.sweep().unwrap(), 0);
         assert_eq!(DirectoryStore::new(dir.path().join("missing")).sweep().unwrap(), 0);
+    }
+
+    /// Sets the time `path` (a link itself, not followed) was last written to `age` ago.
+    fn aged_link(path: &Path, age: Duration) {
+        let then = std::time::SystemTime::now() - age;
+        let since = then.duration_since(std::time::UNIX_EPOCH).unwrap();
+        let time = rustix::fs::Timespec {
+            tv_sec: since.as_secs().try_into().unwrap(),
+            tv_nsec: since.subsec_nanos().into(),
+        };
+        let times = rustix::fs::Timestamps { last_access: time, last_modification: time };
+        rustix::fs::utimensat(rustix::fs::CWD, path, &times, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .unwrap();
+    }
+
+    /// The names in `dir`, sorted.
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A run's folder that is a link to a folder elsewhere is removed as the link it is: the
+    /// outputs in the folder it leads to are not swept.
+    #[test]
+    fn sweeping_removes_a_link_in_place_of_a_run_folder_not_what_it_leads_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = Duration::from_secs(24 * 60 * 60);
+        let elsewhere = dir.path().join("elsewhere");
+        aged(&elsewhere.join("out-1"), 2 * day);
+        aged(&elsewhere.join(".out-2.tmp"), 2 * day);
+        let root = dir.path().join("outputs");
+        std::fs::create_dir(&root).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join("run-r")).unwrap();
+        aged_link(&root.join("run-r"), 2 * day);
+        // A fresh one stays until it is as old as an output would be.
+        std::os::unix::fs::symlink(&elsewhere, root.join("run-new")).unwrap();
+        assert_eq!(DirectoryStore::new(&root).sweep().unwrap(), 0);
+        assert_eq!(names(&elsewhere), [".out-2.tmp", "out-1"], "nothing removed through the link");
+        assert_eq!(names(&root), ["run-new"], "the old link is gone");
+    }
+
+    /// An output that is a link to a file or a folder elsewhere is removed as the link it is,
+    /// and what it leads to stays whole.
+    #[test]
+    fn sweeping_removes_a_link_in_place_of_an_output_not_what_it_leads_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = Duration::from_secs(24 * 60 * 60);
+        let elsewhere = dir.path().join("elsewhere");
+        aged(&elsewhere.join("secret"), 2 * day);
+        aged(&elsewhere.join("folder/out-1"), 2 * day);
+        let root = dir.path().join("outputs");
+        let run = root.join("run-r");
+        std::fs::create_dir_all(&run).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("secret"), run.join("out-file")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("folder"), run.join("out-folder")).unwrap();
+        aged_link(&run.join("out-file"), 2 * day);
+        aged_link(&run.join("out-folder"), 2 * day);
+        assert_eq!(DirectoryStore::new(&root).sweep().unwrap(), 2);
+        assert_eq!(names(&elsewhere), ["folder", "secret"]);
+        assert_eq!(names(&elsewhere.join("folder")), ["out-1"]);
+        assert!(!run.exists(), "the emptied run folder goes too");
+    }
+
+    /// A folder where an output would be goes with everything in it, however it nests; it
+    /// stopped every sweep before.
+    #[test]
+    fn sweeping_removes_folders_in_a_run_folder_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = Duration::from_secs(24 * 60 * 60);
+        let run = dir.path().join("run-r");
+        aged(&run.join("out-folder/a/b/c/file"), 2 * day);
+        aged(&run.join("out-folder/a/other"), 2 * day);
+        std::fs::create_dir(run.join("out-folder/a/b/empty")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), run.join("out-folder/a/link")).unwrap();
+        let folder = std::fs::File::open(run.join("out-folder")).unwrap();
+        folder.set_modified(std::time::SystemTime::now() - 2 * day).unwrap();
+        aged(&run.join("out-new"), Duration::from_secs(60));
+        assert_eq!(DirectoryStore::new(dir.path()).sweep().unwrap(), 1);
+        assert_eq!(names(&run), ["out-new"]);
+        assert_eq!(names(dir.path()), ["run-r"], "nothing removed through the nested link");
+        // Nested deeper than the sweep goes: refused with a message, nothing else harmed.
+        let mut deep = run.join("out-deep");
+        for _ in 0..=SWEEP_MAX_DEPTH {
+            deep.push("d");
+        }
+        aged(&deep.join("file"), 2 * day);
+        let folder = std::fs::File::open(run.join("out-deep")).unwrap();
+        folder.set_modified(std::time::SystemTime::now() - 2 * day).unwrap();
+        let refused = DirectoryStore::new(dir.path()).sweep().map_err(|e| e.to_string());
+        let message = refused.expect_err("too deep");
+        assert!(message.starts_with("output store at "), "{message}");
+        let source = DirectoryStore::new(dir.path()).sweep().unwrap_err();
+        let source = std::error::Error::source(&source).unwrap().to_string();
+        expect!["folders nested more than 32 deep, which the store never makes; remove the folder by hand"]
+            .assert_eq(&source);
+        assert!(run.join("out-new").exists());
     }
 
     #[tokio::test]
