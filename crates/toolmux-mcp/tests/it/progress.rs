@@ -36,6 +36,19 @@ fn check_whole(seen: &[f64], count: u64, round: usize) {
     }
 }
 
+/// Calls the flood tool of the Python fixture five times, each for 2000 reports, and
+/// checks that each call's sink got them all, in order.
+async fn flood_rounds(provider: &McpProvider) {
+    let tools = provider.list_tools().await.unwrap();
+    let name = tools.iter().find(|t| t.name.ends_with("flood")).unwrap().name.clone();
+    for round in 0..5 {
+        let (ctx, seen) = recording();
+        let out = provider.call(&name, json!({"count": 2000}), &ctx).await.unwrap();
+        assert_eq!(out.to_text(), "flooded 2000");
+        check_whole(&seen.lock().unwrap(), 2000, round);
+    }
+}
+
 /// On the direct lane of a stdio connection (the fixture speaks 2025-11-25), each call
 /// gets the 500 reports the fixture writes as soon as it reads the call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,15 +77,8 @@ async fn every_report_of_a_flood_reaches_a_call_on_the_session() {
     )
     .with_base_dir(support::run_dir());
     let provider = McpProvider::new("py", config).unwrap();
-    let tools = provider.list_tools().await.unwrap();
-    let name = tools.iter().find(|t| t.name.ends_with("flood")).unwrap().name.clone();
+    flood_rounds(&provider).await;
     assert_eq!(provider.protocol_version().as_deref(), Some("2026-07-28"));
-    for round in 0..5 {
-        let (ctx, seen) = recording();
-        let out = provider.call(&name, json!({"count": 2000}), &ctx).await.unwrap();
-        assert_eq!(out.to_text(), "flooded 2000");
-        check_whole(&seen.lock().unwrap(), 2000, round);
-    }
     provider.shutdown().await.unwrap();
 }
 
@@ -91,13 +97,6 @@ async fn every_report_of_a_flood_reaches_a_call_over_http() {
     let config =
         McpServerConfig::remote(toolmux_mcp::TransportKind::Http, format!("{}/mcp", server.base));
     let provider = McpProvider::new("py", config).unwrap();
-    let tools = provider.list_tools().await.unwrap();
-    let name = tools.iter().find(|t| t.name.ends_with("flood")).unwrap().name.clone();
-    for round in 0..5 {
-        let (ctx, seen) = recording();
-        let out = provider.call(&name, json!({"count": 2000}), &ctx).await.unwrap();
-        assert_eq!(out.to_text(), "flooded 2000");
-        check_whole(&seen.lock().unwrap(), 2000, round);
-    }
+    flood_rounds(&provider).await;
     provider.shutdown().await.unwrap();
 }
