@@ -51,6 +51,13 @@ fn documented_example_follows_the_schema() {
         "b": {"type": "stdio", "command": "srv", "args": ["--port", 8080], "env": {"N": 2}}}});
     let errors: Vec<String> = validator.iter_errors(&vscode).map(|e| e.to_string()).collect();
     assert!(errors.is_empty(), "{errors:#?}");
+    // A server's key written as `null` is not set, to the loader and to the schema alike.
+    let nulls = "mcpServers:\n  a:\n    command: srv\n    args:\n    env: null\n    headers: null\n    toolsAllowed: null\n    toolsDenied:\n    lazy:\n";
+    load_str(nulls, FileFormat::Yaml, "toolmux.yaml", Path::new("/proj"), &env)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let nulls: serde_json::Value = serde_yaml_ng::from_str(nulls).expect("YAML");
+    let errors: Vec<String> = validator.iter_errors(&nulls).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
 }
 
 #[test]
