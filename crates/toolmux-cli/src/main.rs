@@ -85,7 +85,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::OTHER);
         }
     };
-    let code = match runtime.block_on(until_stopped(run(cli))) {
+    let code = match runtime.block_on(until_stopped(run(cli), json_errors)) {
         Ok(code) => code,
         Err(error) => {
             let code = classify(&error);
@@ -135,8 +135,14 @@ fn usage_error(error: &clap::Error) -> ExitCode {
 /// Runs `work` with the stopping signals listened for ([`signals`]): when one comes, the
 /// command's own handling (cancelling its call, saving a run, stopping a server) gets a
 /// grace to end `work`; after it, `work` is dropped, which kills every server's process
-/// group (a command still starting them has no handling of its own).
-async fn until_stopped(work: impl Future<Output = anyhow::Result<u8>>) -> anyhow::Result<u8> {
+/// group (a command still starting them has no handling of its own). A command stopped
+/// with no handling of its own answers under `json` with one JSON object, as one with
+/// handling does (stdout was empty when `tools list --json` was stopped while its servers
+/// started); one whose handling outlived its grace may have printed its own already.
+async fn until_stopped(
+    work: impl Future<Output = anyhow::Result<u8>>,
+    json: bool,
+) -> anyhow::Result<u8> {
     signals::install();
     tokio::pin!(work);
     tokio::select! {
@@ -145,6 +151,10 @@ async fn until_stopped(work: impl Future<Output = anyhow::Result<u8>>) -> anyhow
     }
     if !signals::handled() {
         eprintln!("interrupted");
+        if json {
+            let code = signals::exit_code().unwrap_or(exit::INTERRUPTED);
+            commands::print_error_json("interrupted", code);
+        }
         return Ok(exit::INTERRUPTED);
     }
     let grace = commands::INTERRUPT_GRACE + std::time::Duration::from_secs(3);

@@ -386,6 +386,23 @@ fn an_interrupted_call_under_json_says_so_in_json() {
     assert_eq!(value, serde_json::json!({"ok": false, "error": "interrupted", "exitCode": 143}));
 }
 
+/// `tools list --json` stopped while its servers start (no handling of its own yet) ends
+/// with one JSON object on stdout saying so, where stdout was empty.
+#[test]
+fn a_list_interrupted_while_starting_under_json_says_so_in_json() {
+    let project = project();
+    project.file(
+        "toolmux.yaml",
+        "mcpServers:\n  slow:\n    command: sh\n    args: ['-c', 'echo > started; exec sleep 300']\n",
+    );
+    let command = project.command(&["tools", "list", "--json"]);
+    let started = project.path().join("started");
+    let run = crate::start_and_signal(command, "the server started", || started.exists(), "TERM");
+    assert_eq!((run.code, run.stderr.trim()), (143, "interrupted"), "{run:?}");
+    let value: serde_json::Value = serde_json::from_str(&run.stdout).expect("one JSON object");
+    assert_eq!(value, serde_json::json!({"ok": false, "error": "interrupted", "exitCode": 143}));
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let run = project().run(&["tools", "frobnicate"]);
