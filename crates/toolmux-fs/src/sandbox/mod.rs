@@ -1112,7 +1112,19 @@ impl Absent {
     /// now; the notes of each.
     fn move_missing(&self) -> Vec<String> {
         let there = self.missing.iter().filter(|p| std::fs::symlink_metadata(p).is_ok());
-        there.filter_map(|path| move_aside(path, &self.root).map(|(note, _)| note)).collect()
+        let mut notes = Vec::new();
+        for path in there {
+            let Some((note, aside)) = move_aside(path, &self.root) else { continue };
+            notes.push(note);
+            // The root's `.git` moved aside looks like a bare repository to the walk that
+            // follows, which would move it again as made by the command.
+            if let Some(repositories) = &self.repositories {
+                let mut moved_to =
+                    repositories.walks.aside.lock().unwrap_or_else(|e| e.into_inner());
+                moved_to.extend(aside);
+            }
+        }
+        notes
     }
 
     /// After [`Absent::move_missing`] (which did `moved`): moves aside the root's own pieces
@@ -1900,6 +1912,32 @@ mod tests {
         assert_eq!(walked() - before, 1, "walks as the tasks are listed");
         assert!(!root.join("listed/.git").exists() && root.join("user/.git").exists());
         assert!(notes(&tasks[0]).contains("`listed/.git`"), "{}", notes(&tasks[0]));
+    }
+
+    /// A repository a command makes at a root that is none (`git init`) is moved aside
+    /// once: its `.git.rejected` looks like a bare repository, which the walk after the
+    /// command took for another the command made and moved to `.git.rejected.rejected`.
+    #[test]
+    fn the_roots_own_git_moved_aside_is_not_moved_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let walks = std::sync::Arc::new(RepositoryWalks::default());
+        let absent = Absent {
+            missing: vec![root.join(".git")],
+            root: root.to_owned(),
+            repositories: Some(Repositories::before(root, walks)),
+        };
+        // What `git init` makes, as far as telling a repository goes.
+        std::fs::create_dir_all(root.join(".git/objects")).unwrap();
+        std::fs::create_dir_all(root.join(".git/refs/heads")).unwrap();
+        std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        let note = check_together(Some(&absent), &[]).unwrap_or_default();
+        assert!(note.contains("`.git` (moved to `.git.rejected`)"), "{note}");
+        assert!(!note.contains(".git.rejected.rejected"), "{note}");
+        assert!(root.join(".git.rejected/HEAD").is_file() && !root.join(".git").exists());
+        // Nor by a later check.
+        let later = Absent { missing: Vec::new(), ..absent };
+        assert_eq!(check_together(Some(&later), &[]), None);
     }
 
     /// A folder is a bare repository as git tells one, not by the names of its entries
