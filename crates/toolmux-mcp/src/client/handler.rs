@@ -15,7 +15,9 @@ use rmcp::model::{
     ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability, ServerNotification,
     UrlElicitationCapability,
 };
-use rmcp::service::{NotificationContext, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::service::{
+    InboundStreamOrigin, NotificationContext, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage,
+};
 use rmcp::transport::Transport;
 use rmcp::{ClientHandler, ErrorData, RoleClient};
 use std::collections::{BTreeMap, VecDeque};
@@ -28,7 +30,7 @@ use toolmux_core::{
     ToolListNotifier,
 };
 
-use super::interaction::{self, Flights, Question};
+use super::interaction::{self, Flights, Question, Relation};
 use super::wire;
 
 /// How often a call waiting for its caller's answer has its idle timeout reset.
@@ -366,13 +368,13 @@ impl Handler {
         context: &RequestContext<RoleClient>,
     ) -> Result<serde_json::Value, ErrorData> {
         let method = question.method();
-        let token = context.meta.get_progress_token();
-        let Some(asked) = self.events.flights.context_for_linked(token.as_ref()).await else {
-            tracing::debug!(server = %self.server, method, "server asked with no call in flight");
-            return Err(ErrorData::invalid_request(
-                format!("no call in flight to answer {method}"),
-                None,
-            ));
+        let asked = match self.events.flights.context_for_linked(&relation(context)).await {
+            Ok(asked) => asked,
+            Err(unrouted) => {
+                let message = unrouted.message(method);
+                tracing::debug!(server = %self.server, method, %message, "server question refused");
+                return Err(ErrorData::invalid_request(message, None));
+            }
         };
         let defaults = self.elicitation_defaults;
         let url = match &question {
@@ -406,6 +408,27 @@ impl Handler {
         })
     }
 }
+
+/// What a server's request says about the request of ours it belongs to: the response
+/// stream it came on (streamable HTTP; rmcp records it), the task it names (2025-11-25
+/// tasks: `io.modelcontextprotocol/related-task`), its progress token.
+fn relation(context: &RequestContext<RoleClient>) -> Relation {
+    let request = match context.extensions.get::<InboundStreamOrigin>() {
+        Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id.clone()),
+        Some(InboundStreamOrigin::Unassociated) | None => None,
+    };
+    let task = context
+        .meta
+        .0
+        .get(RELATED_TASK)
+        .and_then(|related| related.get("taskId"))
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned);
+    Relation { request, task, token: context.meta.get_progress_token() }
+}
+
+/// The `_meta` key naming the task a message belongs to (2025-11-25).
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
 fn parse<T: serde::de::DeserializeOwned>(
     what: &str,

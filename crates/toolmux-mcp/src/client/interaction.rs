@@ -2,16 +2,20 @@
 //!
 //! A server asks its client for a completion (`sampling/createMessage`), for input
 //! (`elicitation/create`) or for roots (`roots/list`) while it runs a request of that
-//! client, and logs (`notifications/message`) while it works. Over stdio none of these
-//! say which request they belong to, so every call, prompt rendering and resource read in
-//! flight on a connection is recorded with its [`CallContext`]: a question goes to the
-//! call whose progress token it carries (held, for a moment, while a call is still
-//! sending the request whose token that may be), else to the most recently started call
-//! still running, and is answered by that context's [`toolmux_core::InteractionHandler`].
-//! 2026-07-28 servers ask inside their result instead (`input_required`); those questions
-//! belong to the request they answer and take the same path.
+//! client, and logs (`notifications/message`) while it works. Every call, prompt rendering
+//! and resource read in flight on a connection is recorded with its [`CallContext`], and a
+//! question is answered by the [`toolmux_core::InteractionHandler`] of the one it belongs
+//! to. Which one that is, the protocol says only sometimes ([`Relation`]): over streamable
+//! HTTP a question comes on the response stream of the request it belongs to, a task's
+//! question names its task, and some servers put the request's progress token in its
+//! `_meta`; each is looked for (held, for a moment, while a call is still sending the
+//! request that may be it). A question that names none (always over stdio) goes to the
+//! only request in flight; with several, whose callers may be different people, it is
+//! refused rather than shown to one who may not be its asker. 2026-07-28 servers ask
+//! inside their result instead (`input_required`); those questions belong to the request
+//! they answer and take the same path.
 
-use rmcp::model::{ElicitRequestParams, InputRequest, ProgressToken};
+use rmcp::model::{ElicitRequestParams, InputRequest, ProgressToken, RequestId};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,8 +36,8 @@ use super::wire;
 /// its response may be looked up after the call saw the response and ended.
 const LOG_GRACE: Duration = Duration::from_millis(500);
 
-/// The longest a question carrying a progress token no call has is held while a call is
-/// still sending its request (see [`Flights::context_for_linked`]).
+/// The longest a question naming a request, task or progress token no call has is held
+/// while a call is still sending its request (see [`Flights::context_for_linked`]).
 const LINK_WAIT: Duration = Duration::from_secs(1);
 
 /// The calls in flight on one provider's connection, oldest first.
@@ -53,6 +57,10 @@ struct Flight {
     ctx: CallContext,
     /// Progress tokens of the requests this call sent (one per `input_required` round).
     tokens: Vec<ProgressToken>,
+    /// The JSON-RPC ids of the requests this call sent through rmcp's session.
+    requests: Vec<RequestId>,
+    /// The task this call follows (a 2025-11-25 task), once the server has made it.
+    task: Option<String>,
     /// Cancelled when the call ends, however it ends (a caller may drop it without
     /// cancelling it): questions still waiting for its caller are withdrawn. Made by the
     /// first question (most calls are asked none).
@@ -61,6 +69,46 @@ struct Flight {
     activity: Arc<Notify>,
     /// Begun with [`Flights::begin_sending`] and not linked yet: its token is not known.
     sending: bool,
+}
+
+/// What a server's question says about the request it belongs to.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Relation {
+    /// The id of the request on whose response stream it came (streamable HTTP).
+    pub(crate) request: Option<RequestId>,
+    /// The task it names (`io.modelcontextprotocol/related-task` in its `_meta`).
+    pub(crate) task: Option<String>,
+    /// The progress token in its `_meta`, which some servers copy from the request.
+    pub(crate) token: Option<ProgressToken>,
+}
+
+impl Relation {
+    fn is_empty(&self) -> bool {
+        self.request.is_none() && self.task.is_none() && self.token.is_none()
+    }
+}
+
+/// Why a server's question has no call to answer it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unrouted {
+    /// No call is in flight.
+    Idle,
+    /// It names no request in flight, and this many are, with different callers.
+    Ambiguous(usize),
+}
+
+impl Unrouted {
+    /// What to tell the server, which asked with `method`.
+    pub(crate) fn message(self, method: &str) -> String {
+        match self {
+            Unrouted::Idle => format!("no call in flight to answer {method}"),
+            Unrouted::Ambiguous(n) => format!(
+                "toolmux cannot tell which request this {method} belongs to; {n} requests are \
+                 in flight: send it on the response stream of its request (streamable HTTP) \
+                 or put that request's progressToken in its _meta"
+            ),
+        }
+    }
 }
 
 /// The call a server's question belongs to.
@@ -113,7 +161,16 @@ impl Flights {
         activity: Arc<Notify>,
     ) -> InFlight<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let flight = Flight { id, ctx: ctx.clone(), tokens, ended: None, activity, sending: false };
+        let flight = Flight {
+            id,
+            ctx: ctx.clone(),
+            tokens,
+            requests: Vec::new(),
+            task: None,
+            ended: None,
+            activity,
+            sending: false,
+        };
         self.lock().push(flight);
         InFlight { flights: self, id }
     }
@@ -122,15 +179,18 @@ impl Flights {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The context a server's request belongs to: the call whose progress token it
-    /// carries, else the most recently started call still running.
-    pub(crate) fn context_for(&self, token: Option<&ProgressToken>) -> Option<Asked> {
+    /// The context a server's request belongs to: the call it names ([`Relation`]: by the
+    /// request whose stream it came on, its task, its progress token), else the only call
+    /// still running. With several running it is refused ([`Unrouted::Ambiguous`]) unless
+    /// they all have the same caller, the latest then answering as any would.
+    pub(crate) fn context_for(&self, relation: &Relation) -> Result<Asked, Unrouted> {
         let mut calls = self.lock();
-        let index = token
-            .and_then(|t| calls.iter().position(|c| c.tokens.contains(t)))
-            .or_else(|| calls.iter().rposition(|c| !c.ctx.is_cancelled()))?;
+        let index = match Self::named(&calls, relation) {
+            Some(index) => index,
+            None => Self::only_caller(&calls)?,
+        };
         let c = &mut calls[index];
-        Some(Asked {
+        Ok(Asked {
             ctx: c.ctx.clone(),
             ended: c.ended.get_or_insert_default().clone(),
             tokens: c.tokens.clone(),
@@ -138,13 +198,52 @@ impl Flights {
         })
     }
 
-    /// As [`Flights::context_for`], but a question whose token no call has is held while a
+    /// The call `relation` names, if one in flight has it.
+    fn named(calls: &[Flight], relation: &Relation) -> Option<usize> {
+        let by_request = relation
+            .request
+            .as_ref()
+            .and_then(|id| calls.iter().position(|c| c.requests.contains(id)));
+        let by_task = || {
+            let task = relation.task.as_deref()?;
+            calls.iter().position(|c| c.task.as_deref() == Some(task))
+        };
+        let by_token = || {
+            let token = relation.token.as_ref()?;
+            calls.iter().position(|c| c.tokens.contains(token))
+        };
+        by_request.or_else(by_task).or_else(by_token)
+    }
+
+    /// The latest running call, when every running call has the same caller (the same
+    /// handler, or none): a question that names none of them is then answered alike by any.
+    fn only_caller(calls: &[Flight]) -> Result<usize, Unrouted> {
+        let mut running = calls.iter().enumerate().filter(|(_, c)| !c.ctx.is_cancelled());
+        let Some((latest, call)) = running.next_back() else { return Err(Unrouted::Idle) };
+        let caller = call.ctx.handler();
+        let same = |other: Option<&Arc<dyn toolmux_core::InteractionHandler>>| match (caller, other)
+        {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        let others = running.filter(|(_, c)| !same(c.ctx.handler())).count();
+        match others {
+            0 => Ok(latest),
+            _ => Err(Unrouted::Ambiguous(calls.iter().filter(|c| !c.ctx.is_cancelled()).count())),
+        }
+    }
+
+    /// As [`Flights::context_for`], but a question naming what no call has is held while a
     /// call is still sending its request, up to [`LINK_WAIT`], and looked up again as each
-    /// such call links its token or ends: a server answering at once asks before the call
-    /// that sent the request has linked the token, and the most recent call in flight, the
-    /// fallback, may be another caller's.
-    pub(crate) async fn context_for_linked(&self, token: Option<&ProgressToken>) -> Option<Asked> {
-        let Some(token) = token else { return self.context_for(None) };
+    /// such call links its request or ends: a server answering at once asks before the
+    /// call that sent the request has linked it (rmcp gives the request's id and token
+    /// only once it has queued it), and without it the question may find no call of its
+    /// own, or another caller's.
+    pub(crate) async fn context_for_linked(&self, relation: &Relation) -> Result<Asked, Unrouted> {
+        if relation.is_empty() {
+            return self.context_for(relation);
+        }
         let deadline = tokio::time::Instant::now() + LINK_WAIT;
         loop {
             let linked = self.linked.notified();
@@ -152,10 +251,10 @@ impl Flights {
             linked.as_mut().enable();
             let unknown = {
                 let calls = self.lock();
-                !calls.iter().any(|c| c.tokens.contains(token)) && calls.iter().any(|c| c.sending)
+                Self::named(&calls, relation).is_none() && calls.iter().any(|c| c.sending)
             };
             if !unknown || tokio::time::timeout_at(deadline, linked).await.is_err() {
-                return self.context_for(Some(token));
+                return self.context_for(relation);
             }
         }
     }
@@ -194,12 +293,34 @@ impl InFlight<'_> {
         flight.map(|c| c.activity.clone()).unwrap_or_default()
     }
 
-    /// Links a progress token of a request this call sent, so that questions carrying it
-    /// find the call even when others started later.
-    pub(crate) fn link(&self, token: ProgressToken) {
+    /// Links a request this call sent through rmcp's session, by its progress token and
+    /// its JSON-RPC id: questions carrying the one or coming on the other's response
+    /// stream find the call.
+    pub(crate) fn link_request(&self, token: ProgressToken, id: RequestId) {
+        self.update(|flight| {
+            flight.tokens.push(token);
+            flight.requests.push(id);
+        });
+    }
+
+    /// Marks the call as sending a request again, which it links once sent: until then
+    /// questions naming what no call has wait for it, as after [`Flights::begin_sending`].
+    pub(crate) fn sending(&self) {
         let mut calls = self.flights.lock();
         if let Some(flight) = calls.iter_mut().find(|c| c.id == self.id) {
-            flight.tokens.push(token);
+            flight.sending = true;
+        }
+    }
+
+    /// Links the task this call follows, so that questions naming it find the call.
+    pub(crate) fn link_task(&self, task: &str) {
+        self.update(|flight| flight.task = Some(task.to_owned()));
+    }
+
+    fn update(&self, change: impl FnOnce(&mut Flight)) {
+        let mut calls = self.flights.lock();
+        if let Some(flight) = calls.iter_mut().find(|c| c.id == self.id) {
+            change(flight);
             flight.sending = false;
         }
         drop(calls);
@@ -407,21 +528,34 @@ mod tests {
         }
     }
 
+    /// A question naming nothing (none of `request`, `task`, `token`).
+    fn unnamed() -> Relation {
+        Relation::default()
+    }
+
+    fn by_token(token: ProgressToken) -> Relation {
+        Relation { token: Some(token), ..Relation::default() }
+    }
+
     #[test]
     fn questions_go_to_the_latest_running_call_or_the_one_with_their_token() {
         let flights = Flights::default();
-        assert!(flights.context_for(None).is_none());
+        assert_eq!(flights.context_for(&unnamed()).unwrap_err(), Unrouted::Idle);
         let first = CallContext::new().with_call_id("first");
         let second = CallContext::new().with_call_id("second");
         let a = flights.begin(&first);
-        a.link(ProgressToken(rmcp::model::NumberOrString::Number(7)));
+        a.link_request(
+            ProgressToken(rmcp::model::NumberOrString::Number(7)),
+            rmcp::model::NumberOrString::Number(70),
+        );
         {
+            // Neither has a handler: any answers as the other would.
             let _b = flights.begin(&second);
-            assert_eq!(flights.context_for(None).unwrap().ctx.call_id(), Some("second"));
-            let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
-            assert_eq!(flights.context_for(Some(&token)).unwrap().ctx.call_id(), Some("first"));
+            assert_eq!(flights.context_for(&unnamed()).unwrap().ctx.call_id(), Some("second"));
+            let token = by_token(ProgressToken(rmcp::model::NumberOrString::Number(7)));
+            assert_eq!(flights.context_for(&token).unwrap().ctx.call_id(), Some("first"));
             second.cancel_token().cancel();
-            assert_eq!(flights.context_for(None).unwrap().ctx.call_id(), Some("first"));
+            assert_eq!(flights.context_for(&unnamed()).unwrap().ctx.call_id(), Some("first"));
         }
         assert_eq!(flights.len(), 1);
         drop(a);
@@ -441,22 +575,22 @@ mod tests {
         let b = flights.begin_sending(&second);
         let asking = {
             let flights = flights.clone();
-            tokio::spawn(async move { flights.context_for_linked(Some(&token(1))).await })
+            tokio::spawn(async move { flights.context_for_linked(&by_token(token(1))).await })
         };
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
         assert!(!asking.is_finished(), "the question waits while both calls are sending");
-        b.link(token(2));
+        b.link_request(token(2), rmcp::model::NumberOrString::Number(2));
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
         assert!(!asking.is_finished(), "another call's link does not end the wait");
-        a.link(token(1));
+        a.link_request(token(1), rmcp::model::NumberOrString::Number(1));
         let asked = tokio::time::timeout(Duration::from_secs(5), asking).await.unwrap().unwrap();
         assert_eq!(asked.unwrap().ctx.call_id(), Some("first"));
         // No call sending: a token nobody has goes to the latest call at once.
-        let stray = flights.context_for_linked(Some(&token(9))).await.unwrap();
+        let stray = flights.context_for_linked(&by_token(token(9))).await.unwrap();
         assert_eq!(stray.ctx.call_id(), Some("second"));
         drop((a, b));
     }
@@ -470,14 +604,14 @@ mod tests {
         let sending = flights.begin_sending(&ctx);
         let token = ProgressToken(rmcp::model::NumberOrString::Number(3));
         let started = tokio::time::Instant::now();
-        let asked = flights.context_for_linked(Some(&token)).await.unwrap();
+        let asked = flights.context_for_linked(&by_token(token.clone())).await.unwrap();
         assert_eq!(asked.ctx.call_id(), Some("only"));
         assert_eq!(started.elapsed(), LINK_WAIT);
         let other = CallContext::new().with_call_id("other");
         let _running = flights.begin(&other);
         let asking = {
             let flights = flights.clone();
-            tokio::spawn(async move { flights.context_for_linked(Some(&token)).await })
+            tokio::spawn(async move { flights.context_for_linked(&by_token(token)).await })
         };
         tokio::task::yield_now().await;
         let started = tokio::time::Instant::now();
@@ -496,15 +630,55 @@ mod tests {
         let token = ProgressToken(rmcp::model::NumberOrString::String("tm-1".into()));
         let ctx = CallContext::new().with_call_id("c");
         let call = flights.begin_linked(&ctx, token.clone(), activity.clone());
-        let first = flights.context_for(Some(&token)).expect("found by its token");
-        let second = flights.context_for(None).expect("the latest call");
+        let first = flights.context_for(&by_token(token.clone())).expect("found by its token");
+        let second = flights.context_for(&unnamed()).expect("the latest call");
         assert_eq!(first.ctx.call_id(), Some("c"));
         assert!(Arc::ptr_eq(&first.activity, &activity));
         assert_eq!(first.tokens, [token]);
         assert!(!first.ended.is_cancelled());
         drop(call);
         assert!(first.ended.is_cancelled() && second.ended.is_cancelled());
-        assert!(flights.context_for(None).is_none());
+        assert_eq!(flights.context_for(&unnamed()).unwrap_err(), Unrouted::Idle);
+    }
+
+    /// Two callers with handlers of their own: a question naming neither's request is
+    /// refused, naming the number in flight; one naming a request, a task or a token goes
+    /// to its call; with one caller left, to it.
+    #[test]
+    fn a_question_naming_no_request_of_two_callers_is_refused() {
+        let flights = Flights::default();
+        let first = CallContext::new().with_call_id("first").with_handler(Arc::new(Answers));
+        let second = CallContext::new().with_call_id("second").with_handler(Arc::new(Answers));
+        let a = flights.begin_sending(&first);
+        let b = flights.begin(&second);
+        assert_eq!(flights.context_for(&unnamed()).unwrap_err(), Unrouted::Ambiguous(2));
+        let id = rmcp::model::NumberOrString::Number(4);
+        a.link_request(ProgressToken(rmcp::model::NumberOrString::Number(40)), id.clone());
+        let request = Relation { request: Some(id), ..Relation::default() };
+        assert_eq!(flights.context_for(&request).unwrap().ctx.call_id(), Some("first"));
+        b.link_task("task-9");
+        let task = Relation { task: Some("task-9".into()), ..Relation::default() };
+        assert_eq!(flights.context_for(&task).unwrap().ctx.call_id(), Some("second"));
+        // A request nobody sent names nothing: refused as well.
+        let stray = Relation {
+            request: Some(rmcp::model::NumberOrString::Number(5)),
+            ..Relation::default()
+        };
+        assert_eq!(flights.context_for(&stray).unwrap_err(), Unrouted::Ambiguous(2));
+        let message = Unrouted::Ambiguous(2).message("elicitation/create");
+        assert!(message.contains("cannot tell which request") && message.contains("2 requests"));
+        // The same handler on both: either answers as the other would.
+        let shared: Arc<dyn InteractionHandler> = Arc::new(Answers);
+        let third = CallContext::new().with_call_id("third").with_handler(shared.clone());
+        let fourth = CallContext::new().with_call_id("fourth").with_handler(shared);
+        drop((a, b));
+        let _c = flights.begin(&third);
+        let _d = flights.begin(&fourth);
+        assert_eq!(flights.context_for(&unnamed()).unwrap().ctx.call_id(), Some("fourth"));
+        // A cancelled caller is not asked, nor counted.
+        fourth.cancel_token().cancel();
+        let _e = flights.begin(&first);
+        assert_eq!(flights.context_for(&unnamed()).unwrap_err(), Unrouted::Ambiguous(2));
     }
 
     #[test]

@@ -865,7 +865,7 @@ impl Inner {
             options.meta.get_or_insert_default().extend(tasks::tasks_meta());
         }
         // In flight from before the send: the server may ask its questions at once, and
-        // those carrying the request's token wait for the link below.
+        // those naming the request (its stream, its token) wait for the link below.
         let flight = self.events.flights.begin_sending(ctx);
         // So are its reports: rmcp chooses the progress token as it queues the request,
         // and a server reporting at once can be read before the route below is in.
@@ -880,8 +880,8 @@ impl Inner {
         };
         let activity = Arc::new(Notify::new());
         let token = handle.progress_token.clone();
+        flight.link_request(token.clone(), handle.id.clone());
         let mut pending = Pending(Some(handle));
-        flight.link(token.clone());
         // The guard first: the route is taken out however the call ends.
         let _unroute = Unroute { events: &self.events, token: token.clone() };
         sending.route(

@@ -17,6 +17,7 @@ mod orphans;
 mod passthrough;
 mod progress;
 mod python;
+mod questions;
 mod reconnect;
 mod rmcp_peer;
 mod roundtrip;

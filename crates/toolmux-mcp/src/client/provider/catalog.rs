@@ -20,7 +20,8 @@ use rmcp::model::{
     ReadResourceRequestParams, ReadResourceResponse, Reference, RequestMetaObject,
     SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
-use rmcp::service::ServiceError;
+use rmcp::model::{ClientRequest, GetPromptRequest, ReadResourceRequest, ServerResult};
+use rmcp::service::{PeerRequestOptions, ServiceError};
 use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -31,11 +32,35 @@ use toolmux_core::{
     ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates, ToolError,
 };
 
-use super::{Inner, MAX_INPUT_ROUNDS, pages, similar};
+use super::{Inner, MAX_INPUT_ROUNDS, Pending, pages, similar};
 use crate::McpError;
 use crate::client::connection::Connection;
-use crate::client::interaction;
+use crate::client::interaction::{self, InFlight};
 use crate::client::wire;
+
+/// Sends `request` through rmcp's session as the call recorded by `flight`, linking the
+/// request's id and progress token once rmcp has given them (as it queues the request), so
+/// that the server's questions about it find its caller among other calls in flight (those
+/// asked before the link wait for it); the server is told when the caller stops waiting,
+/// as for a call.
+pub(super) async fn linked(
+    connection: &Connection,
+    flight: &InFlight<'_>,
+    request: ClientRequest,
+) -> Result<ServerResult, ServiceError> {
+    flight.sending();
+    let sent = connection.peer.send_cancellable_request(request, PeerRequestOptions::no_options());
+    let handle = sent.await?;
+    flight.link_request(handle.progress_token.clone(), handle.id.clone());
+    let mut pending = Pending(Some(handle));
+    let result = match pending.0.as_mut() {
+        Some(handle) => (&mut handle.rx).await.unwrap_or(Err(ServiceError::TransportClosed)),
+        None => Err(ServiceError::TransportClosed),
+    };
+    // Answered: nothing to cancel.
+    pending.0 = None;
+    result
+}
 
 /// JSON-RPC's code for invalid parameters (an unknown prompt, a bad argument).
 const INVALID_PARAMS: i32 = -32602;
@@ -283,7 +308,18 @@ impl Inner {
         for _round in 0..MAX_INPUT_ROUNDS {
             let flight = self.events.flights.begin(ctx);
             let activity = flight.activity();
-            let sent = connection.peer.get_prompt_once(params.clone());
+            let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params.clone()));
+            let sent = async {
+                match linked(&connection, &flight, request).await? {
+                    ServerResult::GetPromptResult(result) => {
+                        Ok(GetPromptResponse::Complete(result))
+                    }
+                    ServerResult::InputRequiredResult(input) => {
+                        Ok(GetPromptResponse::InputRequired(input))
+                    }
+                    _ => Err(ServiceError::UnexpectedResponse),
+                }
+            };
             let result = self
                 .request(
                     &connection,
@@ -417,9 +453,27 @@ impl Inner {
         let mut params = ReadResourceRequestParams::new(uri);
         params.meta = request_meta(&connection, ctx);
         for _round in 0..MAX_INPUT_ROUNDS {
+            // On 2026-07-28 through rmcp's read, whose cache keeps a result as long as the
+            // server lets it (`ttlMs`); questions come inside results there.
+            let modern = connection.is_modern();
             let flight = self.events.flights.begin(ctx);
             let activity = flight.activity();
-            let sent = connection.peer.read_resource_once(params.clone());
+            let sent = async {
+                if modern {
+                    return connection.peer.read_resource_once(params.clone()).await;
+                }
+                let request =
+                    ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params.clone()));
+                match linked(&connection, &flight, request).await? {
+                    ServerResult::ReadResourceResult(result) => {
+                        Ok(ReadResourceResponse::Complete(result))
+                    }
+                    ServerResult::InputRequiredResult(input) => {
+                        Ok(ReadResourceResponse::InputRequired(input))
+                    }
+                    _ => Err(ServiceError::UnexpectedResponse),
+                }
+            };
             let result = self
                 .request(
                     &connection,

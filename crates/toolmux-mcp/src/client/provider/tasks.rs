@@ -99,8 +99,9 @@ impl Inner {
             params["arguments"] = Value::Object(arguments.clone());
         }
         // In flight from the start: the server may ask its questions as soon as the task
-        // runs, and they go to the latest call in flight that carries no other token.
-        let _flight = self.events.flights.begin(ctx);
+        // runs, naming the task (`related-task`) before the call knows it, so they wait
+        // for the link below.
+        let flight = self.events.flights.begin_sending(ctx);
         let created = match self.task_request(connection, name, "tools/call", params, ctx).await? {
             // A server may answer at once after all.
             ServerResult::CallToolResult(result) => return Ok(result),
@@ -111,6 +112,7 @@ impl Inner {
             let message = format!("`{name}` was called as a task but the answer has no task id");
             return Err(tool_error(self.protocol(&message)));
         };
+        flight.link_task(&id);
         let abandon = Abandon::new(connection, &id, Flavor::Augmented);
         let poll = self.poll_interval(task);
         let activity = Arc::new(Notify::new());
@@ -119,7 +121,8 @@ impl Inner {
                 "tasks/result",
                 Some(json!({ "taskId": id })),
             ));
-            let result = connection.peer.send_request(request);
+            // Linked: over streamable HTTP its questions come on this request's stream.
+            let result = super::catalog::linked(connection, &flight, request);
             let watch = self.watch_task(connection, &id, poll, task, &activity, ctx);
             let both = async {
                 tokio::select! {
