@@ -431,6 +431,21 @@ pub enum StatsError {
         /// The version it says it is of.
         version: String,
     },
+    /// The file says it is of a version no toolmux writes (`0`, `-1`, `null`, `true`):
+    /// neither this one's nor a later one's, whose versions are higher. It is neither read
+    /// nor written.
+    #[error(
+        "statistics file {path} is of version {version}, which no toolmux writes (this one \
+         writes version {known}, later ones higher); it is left as it is and nothing is counted \
+         in it: remove it to count anew, or set defaults.statsFile to another path",
+        known = STATS_VERSION
+    )]
+    UnknownVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version it says it is of, as written.
+        version: String,
+    },
     /// Another process held the file's lock for too long.
     #[error(
         "statistics file {path}: another toolmux process held its lock {lock} for {waited:?}; \
@@ -717,16 +732,49 @@ fn read_snapshot(path: &Path) -> Result<Option<StatsSnapshot>, StatsError> {
         |e: serde_json::Error| StatsError::Format { path: path.to_owned(), message: e.to_string() };
     // The version first: a later format may keep its counts in another shape, which must
     // be neither read as none nor moved aside as damaged. Any version but exactly the
-    // integer this toolmux writes ("2", 2.0, a number beyond u64) is another's format.
+    // integer this toolmux writes ("2", 2.0, a number beyond u64) is another's format, or,
+    // below 1 or no number or string (0, -1, null, true), no toolmux's.
     #[derive(Deserialize)]
     struct Version {
+        /// `None` when there is no `version`, `Some(Null)` for `"version": null`.
+        #[serde(default, deserialize_with = "present")]
         version: Option<serde_json::Value>,
     }
-    if let Ok(Version { version: Some(version) }) = serde_json::from_slice::<Version>(&bytes)
-        && !version.is_null()
-        && version.as_u64() != Some(u64::from(STATS_VERSION))
-    {
-        return Err(StatsError::Newer { path: path.to_owned(), version: version.to_string() });
+    fn present<'de, D: serde::Deserializer<'de>>(
+        value: D,
+    ) -> Result<Option<serde_json::Value>, D::Error> {
+        serde_json::Value::deserialize(value).map(Some)
+    }
+    match serde_json::from_slice::<Version>(&bytes) {
+        Ok(Version { version: Some(version) })
+            if version.as_u64() == Some(u64::from(STATS_VERSION)) => {}
+        Ok(Version { version: Some(version) })
+            if version.as_f64().is_some_and(|v| v > 1.0) || version.is_string() =>
+        {
+            return Err(StatsError::Newer { path: path.to_owned(), version: version.to_string() });
+        }
+        Ok(Version { version: Some(version) }) => {
+            let version = version.to_string();
+            return Err(StatsError::UnknownVersion { path: path.to_owned(), version });
+        }
+        // Every statistics file toolmux wrote has had a version, since the first; one
+        // without was made or edited by hand. Its counts are read when they are of the
+        // shape this toolmux writes (the next save adds the version), else it is damaged.
+        Ok(Version { version: None }) => {
+            let mut value: serde_json::Value = serde_json::from_slice(&bytes).map_err(format)?;
+            if let Some(object) = value.as_object_mut() {
+                object.insert("version".into(), STATS_VERSION.into());
+            }
+            return serde_json::from_value(value).map(Some).map_err(|e| StatsError::Format {
+                path: path.to_owned(),
+                message: format!(
+                    "it has no `version`, which every statistics file toolmux writes has, and \
+                     is not of version {STATS_VERSION}'s shape either: {e}"
+                ),
+            });
+        }
+        // Not JSON, or no object: said as the whole file's reading says it.
+        Err(_) => {}
     }
     serde_json::from_slice(&bytes).map(Some).map_err(format)
 }
@@ -1237,6 +1285,62 @@ mod tests {
             assert_eq!(std::fs::read_to_string(&path).unwrap(), newer, "version {version}");
             assert!(!dir.path().join("stats.json.bad").exists(), "version {version} moved aside");
         }
+    }
+
+    /// A version below 1, or no number or string (`0`, `-1`, `null`, `true`), is no toolmux's:
+    /// refused saying so, not said to be a newer toolmux's, and left as it was.
+    #[test]
+    fn a_statistics_file_of_a_version_no_toolmux_writes_is_refused_and_left_as_it_is() {
+        for version in ["0", "-1", "0.5", "null", "true"] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("stats.json");
+            let written = format!(r#"{{"version": {version}, "tools": {{}}}}"#);
+            std::fs::write(&path, &written).unwrap();
+            let stats = Stats::default();
+            let loaded = stats.load(&path);
+            stats.of("a__b").record(true, 1_000);
+            let saved = stats.save(&path);
+            for result in [loaded, saved] {
+                let Err(e) = result else { panic!("version {version} is refused") };
+                assert!(matches!(&e, StatsError::UnknownVersion { .. }), "version {version}: {e}");
+                if version == "0" {
+                    expect_test::expect![[r#"
+                        statistics file DIR/stats.json is of version 0, which no toolmux writes (this one writes version 1, later ones higher); it is left as it is and nothing is counted in it: remove it to count anew, or set defaults.statsFile to another path"#]]
+                    .assert_eq(&e.to_string().replace(&dir.path().display().to_string(), "DIR"));
+                }
+            }
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), written, "version {version}");
+            assert!(!dir.path().join("stats.json.bad").exists(), "version {version} moved aside");
+        }
+    }
+
+    /// No toolmux wrote a statistics file without a version: one of the current shape
+    /// without it (made or edited by hand) has its counts read, and the next save adds the
+    /// version; one of another shape is damaged, and the message says the version is missing.
+    #[test]
+    fn a_statistics_file_without_a_version_is_read_when_of_the_current_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        let mine = r#"{"tools":{"a__b":{"count":2,"ok":2,"failed":0,
+            "totalLatencyMs":30.0,"p50Ms":10.0,"p95Ms":20.0,"histogram":{"53":1,"57":1}}}}"#;
+        std::fs::write(&path, mine).unwrap();
+        let stats = Stats::default();
+        stats.load(&path).unwrap();
+        assert_eq!(stats.snapshot().tools["a__b"].count, 2);
+        stats.of("a__b").record(true, 1_000);
+        stats.save(&path).unwrap();
+        let saved: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!((&saved["version"], &saved["tools"]["a__b"]["count"]), (&1.into(), &3.into()));
+        assert!(!dir.path().join("stats.json.bad").exists());
+        // Another shape without a version is damaged, moved aside when saving.
+        std::fs::write(&path, r#"{"calls": {"a__b": [[1, 2, 3]]}}"#).unwrap();
+        let Err(e) = Stats::default().load(&path) else { panic!("another shape is refused") };
+        expect_test::expect![[r#"
+            statistics file DIR/stats.json is not valid: it has no `version`, which every statistics file toolmux writes has, and is not of version 1's shape either: missing field `tools`"#]]
+        .assert_eq(&e.to_string().replace(&dir.path().display().to_string(), "DIR"));
+        Stats::default().save(&path).unwrap();
+        assert!(dir.path().join("stats.json.bad").exists());
     }
 
     #[test]
