@@ -42,7 +42,13 @@ impl Policy {
         // `127.0.0.1`) and IPv6 ones in brackets.
         let literal: Option<IpAddr> = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']'))
         {
-            Some(v6) => v6.parse::<Ipv6Addr>().ok().map(IpAddr::V6),
+            // An IPv4-mapped IPv6 literal (`[::ffff:169.254.169.254]`) reaches the IPv4
+            // address it carries, so it is named, and matched against the host lists, as
+            // that address.
+            Some(v6) => v6
+                .parse::<Ipv6Addr>()
+                .ok()
+                .map(|ip| ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4)),
             None => host.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
         };
         let name = literal.map_or_else(|| host.to_owned(), |ip| ip.to_string());
@@ -757,5 +763,14 @@ mod tests {
         assert!(refused("https://docs.example.com/").is_none());
         assert!(refused("https://bad.example.com/").unwrap().contains("deniedHosts"));
         assert!(refused("https://example.org/").unwrap().contains("allowedHosts"));
+        let metadata = Policy {
+            allow_private: true,
+            allowed_hosts: Vec::new(),
+            denied_hosts: vec!["169.254.169.254".into()],
+        };
+        let refused = |url: &str| metadata.refuses(&Url::parse(url).unwrap());
+        assert!(refused("http://169.254.169.254/").unwrap().contains("deniedHosts"));
+        assert!(refused("http://[::ffff:169.254.169.254]/").unwrap().contains("deniedHosts"));
+        assert!(refused("http://[::ffff:a9fe:a9fe]/").unwrap().contains("deniedHosts"));
     }
 }
