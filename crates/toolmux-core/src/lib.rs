@@ -46,6 +46,7 @@ mod error;
 mod file;
 #[cfg(unix)]
 pub mod group_guard;
+mod holder;
 mod interaction;
 mod kind;
 mod mark;
@@ -73,6 +74,7 @@ pub use context::{
 };
 pub use error::{Party, ToolError, Violation, error_report};
 pub use file::{Replace, replace_file};
+pub use holder::{holder_run_id, holder_run_prefix, run_holder};
 pub use interaction::{
     ElicitationAction, ElicitationRequest, ElicitationResponse, LogLevel, LogMessage, LogSink,
     Root, RootsRequest, SamplingRequest, SamplingResponse, UrlElicitationRequest,

@@ -762,9 +762,10 @@ fn not_in_space(tool: &str) -> ToolOutput {
 const OTHERS_POLL: Duration = Duration::from_millis(100);
 
 /// The API key holder a run belongs to: `toolmux serve --http` names the runs of a key's
-/// holder `key:NAME/…`. `None` for runs without a key (stdio, no keys configured).
-fn holder(run_id: &str) -> Option<&str> {
-    run_id.strip_prefix("key:").and_then(|rest| rest.split_once('/')).map(|(name, _)| name)
+/// holder `key:NAME/…` ([`toolmux_core::holder_run_id`]). `None` for runs without a key
+/// (stdio, no keys configured).
+fn holder(run_id: &str) -> Option<std::borrow::Cow<'_, str>> {
+    toolmux_core::run_holder(run_id)
 }
 
 /// Whether a caller in run `caller` may see and answer a call made in run `call`: a key
@@ -772,7 +773,7 @@ fn holder(run_id: &str) -> Option<&str> {
 /// other's pending calls; a caller without a key (one tenant) every call.
 fn may_see(caller: &str, call: &str) -> bool {
     match holder(caller) {
-        Some(name) => holder(call) == Some(name),
+        Some(name) => holder(call).is_some_and(|theirs| theirs == name),
         None => true,
     }
 }
@@ -926,5 +927,23 @@ impl ToolProvider for ExternalProvider {
         };
         let _ = tokio::time::timeout(CLEANUP_GRACE, all).await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_see;
+    use toolmux_core::holder_run_id;
+
+    #[test]
+    fn holders_whose_names_share_a_prefix_up_to_a_slash_are_apart() {
+        let ci = holder_run_id("team/ci", "s1");
+        let web = holder_run_id("team/web", "s2");
+        let team = holder_run_id("team", "s3");
+        assert!(!may_see(&ci, &web), "{ci} sees {web}");
+        assert!(!may_see(&web, &ci), "{web} sees {ci}");
+        assert!(!may_see(&team, &ci), "{team} sees {ci}");
+        assert!(may_see(&ci, &holder_run_id("team/ci", "s4")));
+        assert!(may_see("stdio-run", &ci));
     }
 }

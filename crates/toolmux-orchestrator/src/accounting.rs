@@ -497,10 +497,10 @@ pub const HOLDERS_MAX: usize = 1000;
 /// Where calls of holders past [`HOLDERS_MAX`] are counted.
 pub const OTHER_HOLDERS: &str = "(other holders)";
 
-/// The key holder a run belongs to: `alice` of `key:alice/…`, none for other runs.
-pub fn holder_of(run: &str) -> Option<&str> {
-    let rest = run.strip_prefix("key:")?;
-    Some(rest.split_once('/').map_or(rest, |(holder, _)| holder))
+/// The key holder a run belongs to: `alice` of `key:alice/…`, `team/ci` of
+/// `key:team%2Fci/…` (see [`toolmux_core::holder_run_id`]), none for other runs.
+pub fn holder_of(run: &str) -> Option<std::borrow::Cow<'_, str>> {
+    toolmux_core::run_holder(run)
 }
 
 /// How many entries beyond one per tool calls to names that are not tools may add: calls
@@ -981,9 +981,10 @@ mod tests {
 
     #[test]
     fn calls_are_counted_by_key_holder_within_a_bound() {
-        assert_eq!(holder_of("key:alice/run-1"), Some("alice"));
-        assert_eq!(holder_of("key:oauth:sub-9/client:x"), Some("oauth:sub-9"));
-        assert_eq!(holder_of("key:bob"), Some("bob"));
+        assert_eq!(holder_of("key:alice/run-1").as_deref(), Some("alice"));
+        assert_eq!(holder_of("key:oauth:sub-9/client:x").as_deref(), Some("oauth:sub-9"));
+        assert_eq!(holder_of("key:bob").as_deref(), Some("bob"));
+        assert_eq!(holder_of("key:team%2Fci/run-1").as_deref(), Some("team/ci"));
         assert_eq!(holder_of("run-1"), None);
         let stats = Stats::default();
         stats.record_holder("alice", true);

@@ -385,6 +385,43 @@ fn programs_answer_external_calls_over_http_and_see_only_their_own_holders_calls
 }
 
 #[test]
+fn holders_whose_names_share_a_prefix_up_to_a_slash_see_only_their_own_calls() {
+    const CI: &str = "team-ci-key-0123456789abcdef";
+    const WEB: &str = "team-web-key-0123456789abcde";
+    let config = CONFIG.replacen(
+        "    alice: ${ALICE_KEY}\n    bob: ${BOB_KEY}\n",
+        "    team/ci: ${CI_KEY}\n    team/web: ${WEB_KEY}\n",
+        1,
+    );
+    let project = Project::new().env("CI_KEY", CI).env("WEB_KEY", WEB);
+    project.file("toolmux.yaml", &config);
+    let gateway = serve_http(&project);
+    let address = address_of(&gateway.url);
+
+    let mut web = Agent::start(&address, WEB);
+    let (started, failed) = web.call("external__build", json!({"target": "app"})).recv().unwrap();
+    assert!(!failed && started["status"] == "pending", "{started}");
+    let as_web = bearer(WEB);
+    let listed = request(&address, "GET", "/api/tool-calls", &[("Authorization", &as_web)], "");
+    let webs = json_body(&listed)["calls"].clone();
+    assert_eq!(webs.as_array().map(Vec::len), Some(1), "{webs}");
+    // `team/ci` is another holder than `team/web`, though both names start with `team/`.
+    let as_ci = bearer(CI);
+    let listed = request(&address, "GET", "/api/tool-calls", &[("Authorization", &as_ci)], "");
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let calls = json_body(&listed)["calls"].clone();
+    assert_eq!(calls, json!([]), "team/ci sees team/web's call");
+    let path = format!("/api/runs/{}/tool-results", segment(webs[0]["runId"].as_str().unwrap()));
+    let answer = json!({"callId": started["callId"], "result": "built"}).to_string();
+    let headers = [("Authorization", as_ci.as_str()), ("Content-Type", "application/json")];
+    let refused = request(&address, "POST", &path, &headers, &answer);
+    assert_eq!(refused.status, 404, "team/ci answers team/web's call: {}", refused.body);
+
+    let run = stop(gateway);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+#[test]
 fn without_external_tools_the_api_says_how_to_get_them() {
     let project = Project::new();
     project.file("toolmux.yaml", "fs: {}\n");

@@ -336,7 +336,7 @@ pub struct Who {
 impl Who {
     /// The caller of `ctx`: the agent whose operation the call descends from, or the run.
     pub fn of(ctx: &CallContext) -> Who {
-        let holder = crate::holder(ctx.run_id()).map(str::to_owned);
+        let holder = crate::holder(ctx.run_id()).map(std::borrow::Cow::into_owned);
         let agent = ctx.op().and_then(|op| {
             std::iter::once(op.as_ref())
                 .chain(op.ancestors())

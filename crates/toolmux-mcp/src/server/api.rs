@@ -108,7 +108,7 @@ pub(crate) fn routes(
 /// The run a request's calls belong to: the key holder's (`key:NAME/api`), else `api`.
 fn context(request: &axum::http::request::Parts, cancel: CancellationToken) -> CallContext {
     let run = match request.extensions.get::<KeyHolder>() {
-        Some(holder) => format!("key:{}/api", holder.0),
+        Some(holder) => toolmux_core::holder_run_id(&holder.0, "api"),
         None => "api".to_owned(),
     };
     CallContext::new().with_run_id(run).with_cancel(cancel)
@@ -497,7 +497,7 @@ const MAX_OPEN: usize = 10_000;
 
 impl EventScope {
     fn new(holder: Option<Arc<str>>, query: Query) -> EventScope {
-        let holder = holder.map(|name| format!("key:{name}/"));
+        let holder = holder.map(|name| toolmux_core::holder_run_prefix(&name));
         EventScope { holder, query, open: std::collections::HashSet::new() }
     }
 

@@ -33,7 +33,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmux_core::{
     CallContext, CompletionRef, CompletionRequest, EarlyAnswer, LogLevel, LogMessage, LogSink,
     Progress, ProgressSink, Relayed, ResourceUpdates, TaskSupport, ToolError, ToolListChanges,
-    ToolOutput, ToolProvider, TraceParent,
+    ToolOutput, ToolProvider, TraceParent, holder_run_id,
 };
 
 /// How long a stateless run that asked a question without an answer may go on asking
@@ -615,14 +615,17 @@ impl Gateway {
             (None, None) => self.run_id.clone(),
             (None, Some(id)) => Arc::from(format!("client:{id}")),
             // `key:HOLDER/…` as every run of a key holder: what keeps tenants apart (the
-            // external tools' pending calls) reads the holder from it.
-            (Some(holder), None) if stateless => Arc::from(format!("key:{}/stateless", holder.0)),
+            // external tools' pending calls) reads the holder from it, exactly even when
+            // the holder's name holds a `/` (see `holder_run_id`).
+            (Some(holder), None) if stateless => Arc::from(holder_run_id(&holder.0, "stateless")),
             (Some(holder), None) => {
-                let run: Arc<str> = Arc::from(format!("key:{}/{}", holder.0, self.run_id));
+                let run: Arc<str> = Arc::from(holder_run_id(&holder.0, &self.run_id));
                 self.ended.keep(&run);
                 run
             }
-            (Some(holder), Some(id)) => Arc::from(format!("key:{}/client:{id}", holder.0)),
+            (Some(holder), Some(id)) => {
+                Arc::from(holder_run_id(&holder.0, &format!("client:{id}")))
+            }
         };
         // The caller's trace: `_meta.traceparent` (MCP's way, SEP-414), else an HTTP
         // client's `traceparent` header; `tracestate` from the same place.

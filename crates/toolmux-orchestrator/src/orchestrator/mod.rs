@@ -1810,7 +1810,7 @@ impl Orchestrator {
         };
         stats.record(ok, elapsed.as_micros() as u64);
         if let Some(holder) = crate::accounting::holder_of(ctx.run_id()) {
-            self.inner.stats.record_holder(holder, ok);
+            self.inner.stats.record_holder(&holder, ok);
         }
         let error_code = match result {
             Ok(o) if o.is_error() => Some("tool_error"),
