@@ -81,6 +81,9 @@ const CACHE_MAX: usize = 10_000;
 /// How long a refusal from the introspection endpoint is kept (a flood of bad tokens
 /// must not become a flood of introspection requests).
 const REFUSAL_TTL: Duration = Duration::from_secs(10);
+
+/// Why a token naming no subject is refused: its holder would be everyone's.
+const NO_SUBJECT: &str = "the token names no subject (`sub`, `client_id`): the authorization server must name whom it was issued to";
 /// An introspection answer, and until when it holds.
 type Kept = (Instant, Result<String, Refusal>);
 
@@ -220,7 +223,14 @@ impl TokenVerifier {
             return Err(invalid("not valid yet"));
         }
         self.scoped(&claims)?;
-        Ok(claims["sub"].as_str().unwrap_or("anonymous").to_owned())
+        // The subject names the token's holder, which keeps tenants apart: a token naming
+        // no one would share one holder with every other such token.
+        claims["sub"]
+            .as_str()
+            .or_else(|| claims["client_id"].as_str())
+            .filter(|subject| !subject.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| invalid(NO_SUBJECT))
     }
 
     /// Refuses claims (a JWT's, or an introspection answer's) without every required scope.
@@ -348,8 +358,10 @@ impl TokenVerifier {
             .as_str()
             .or_else(|| answer["username"].as_str())
             .or_else(|| answer["client_id"].as_str())
-            .unwrap_or("anonymous")
-            .to_owned();
+            .filter(|subject| !subject.is_empty());
+        let Some(subject) = subject.map(str::to_owned) else {
+            return refused(NO_SUBJECT);
+        };
         // Never kept past the token's own end.
         let left = exp.map_or(cache, |exp| Duration::from_secs(exp.saturating_sub(now)));
         (Ok(subject), cache.min(left))

@@ -216,6 +216,14 @@ async fn toolmux_clients_reach_a_gateway_with_tokens_of_its_authorization_server
         (Signer::new().token(&claims(&resource, now() + 300, "tools")), 401, "signature"),
         ("not.a.jwt".to_owned(), 401, "not a JWT"),
         (signer.token(&claims(&resource, now() + 300, "other")), 403, "insufficient_scope"),
+        // A token naming no one would share its holder with every other such token.
+        (
+            signer.token(
+                &json!({"iss": issuer, "aud": resource, "exp": now() + 300, "scope": "tools"}),
+            ),
+            401,
+            "names no subject",
+        ),
     ];
     for (token, status, why) in cases {
         let response = post(Some(token)).await.unwrap();
