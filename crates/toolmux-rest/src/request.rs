@@ -75,10 +75,22 @@ impl PreparedRequest {
         self.headers.push((name.to_owned(), value));
     }
 
-    /// Sets cookie `name` to `value` (raw), removing any of that name.
+    /// Sets cookie `name` to `value` (raw), removing any of that name. Only the bytes a
+    /// cookie value cannot hold (RFC 6265 §4.1.1: controls, space, `"`, `,`, `;`, `\`
+    /// and non-ASCII) are percent-encoded: servers read the value as written, so an API
+    /// key `abc+d/e==` must arrive as it is, not as `abc%2Bd%2Fe%3D%3D`.
     pub(crate) fn set_cookie(&mut self, name: &str, value: &str) {
         self.remove_cookie(name);
-        self.cookies.push(format!("{name}={}", encode(value)));
+        let mut encoded = String::with_capacity(value.len());
+        for byte in value.bytes() {
+            match byte {
+                0x21 | 0x23..=0x2B | 0x2D..=0x3A | 0x3C..=0x5B | 0x5D..=0x7E => {
+                    encoded.push(char::from(byte));
+                }
+                other => encoded.push_str(&format!("%{other:02X}")),
+            }
+        }
+        self.cookies.push(format!("{name}={encoded}"));
     }
 
     /// Sets the cookies of a `Cookie` header's value (`a=1; b=2`, sent as written), each
@@ -831,6 +843,8 @@ mod tests {
         req.set_cookie("sid", "n w");
         req.set_cookies("c=3; c=4");
         assert_eq!(req.cookie_header().as_deref(), Some("a=1; sid=n%20w; b=2; c=4"));
+        req.set_cookie("sid", "k+y/==;\"");
+        assert_eq!(req.cookie_header().as_deref(), Some("a=1; sid=k+y/==%3B%22; b=2; c=4"));
         req.headers.clear();
         req.cookies.clear();
         assert_eq!(req.cookie_header(), None);

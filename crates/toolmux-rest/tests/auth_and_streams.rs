@@ -55,7 +55,7 @@ fn credentials() -> BTreeMap<String, Credentials> {
     BTreeMap::from([
         ("keyHeader".to_owned(), c(&|c| c.api_key = Some("k-header".into()))),
         ("keyQuery".to_owned(), c(&|c| c.api_key = Some("k q&".into()))),
-        ("keyCookie".to_owned(), c(&|c| c.api_key = Some("k-cookie".into()))),
+        ("keyCookie".to_owned(), c(&|c| c.api_key = Some("k+y/==".into()))),
         ("bearer".to_owned(), c(&|c| c.token = Some("t-bearer".into()))),
         (
             "basic".to_owned(),
@@ -139,7 +139,8 @@ async fn api_keys_bearer_and_basic_are_applied() {
     assert!(provider.warnings().is_empty(), "{:?}", provider.warnings());
     assert_eq!(call(&provider, "key_header").await["key"], "k-header");
     assert_eq!(call(&provider, "key_query").await["line"], "GET /query?api_key=k%20q%26 HTTP/1.1");
-    assert_eq!(call(&provider, "key_cookie").await["cookie"], "sid=k-cookie");
+    // RFC 6265 cookie octets as they are: servers do not decode a cookie's value.
+    assert_eq!(call(&provider, "key_cookie").await["cookie"], "sid=k+y/==");
     assert_eq!(call(&provider, "bearer").await["authorization"], "Bearer t-bearer");
     // base64("ann:s3cret")
     assert_eq!(call(&provider, "basic").await["authorization"], "Basic YW5uOnMzY3JldA==");
