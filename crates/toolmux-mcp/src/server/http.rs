@@ -50,6 +50,11 @@ fn router_of(
 ) -> axum::Router {
     let keyed = !shared.options().api_keys.is_empty() || shared.options().token_verifier.is_some();
     let mut hosts = allowed_hosts(&shared.options().allowed_hosts, bound, keyed);
+    // The host check left off because keys guard the server: a reload that takes every key
+    // away must not leave it weaker than one started without keys, which checks the
+    // loopback names (see `check_host_while_keyless`).
+    let left_to_keys = (hosts.is_empty() && !shared.options().allowed_hosts.is_empty())
+        .then(|| Arc::<[String]>::from(shared.options().allowed_hosts.clone()));
     // Other replicas forward requests here by the advertised name.
     if let Some(host) = registry.as_ref().and_then(|r| r.host())
         && !hosts.is_empty()
@@ -120,6 +125,7 @@ fn router_of(
     // Always in place: keys may be given by a reload after the server started without.
     let access = Arc::new(Access { keys: factory_keys, verifier: verifier.clone() });
     let health_access = access.clone();
+    let keyless_access = access.clone();
     // Inside the key check (layers run outermost last added): the holder is known.
     router = router.layer(axum::middleware::from_fn_with_state(
         Arc::new(SessionHolders::default()),
@@ -148,7 +154,30 @@ fn router_of(
             );
         }
     }
-    router
+    match left_to_keys {
+        // Outermost: before `/mcp`'s own checks, the API, the probes and the metadata.
+        Some(hosts) => router.layer(axum::middleware::from_fn_with_state(
+            (keyless_access, hosts),
+            check_host_while_keyless,
+        )),
+        None => router,
+    }
+}
+
+/// On a server whose host check was left to its keys (every interface, only the loopback
+/// names allowed, keys given at the start), checks `Host` and `Origin` against the loopback
+/// names while no key and no authorization server guard it: a `--watch` reload may take
+/// every key away (with `--no-auth`), and a page that rebinds a name to this server must
+/// not then call its tools.
+async fn check_host_while_keyless(
+    State((access, hosts)): State<(Arc<Access>, Arc<[String]>)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if access.keys.is_empty() && access.verifier.is_none() {
+        return super::api::check_host(State(hosts), request, next).await;
+    }
+    next.run(request).await
 }
 
 /// Corrects rmcp's answers at `/mcp`, so that a client can tell what went wrong and what
@@ -847,6 +876,8 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 /// (`keyed`), and no host was added to the loopback names, any `Host` is accepted: the
 /// server is there for other machines, which name it as they reach it (`192.0.2.7`,
 /// `tools.lan`), and a page that rebinds a name to it has no key to call it with.
+/// While a reload has left it with no key and no token check, `check_host_while_keyless`
+/// checks the loopback names again.
 fn allowed_hosts(configured: &[String], bound: SocketAddr, keyed: bool) -> Vec<String> {
     let only_loopback = configured.iter().all(|h| super::LOOPBACK_HOSTS.contains(&h.as_str()));
     if configured.is_empty() || (bound.ip().is_unspecified() && keyed && only_loopback) {
@@ -998,6 +1029,65 @@ mod tests {
     /// when rmcp's keep-alive ended it, or during the drain after the worker quit) is not
     /// found, as an unknown session is, so that its client starts another: rmcp answered
     /// its requests 500. Nothing public ends a worker alone, so the test ends it through
+    /// A server on every interface whose host check was left to its keys checks the
+    /// loopback names again once a reload has taken every key away: it is never weaker
+    /// than one started without keys.
+    #[tokio::test]
+    async fn a_server_left_without_keys_checks_hosts_again() {
+        use toolmux_test_support::mock::MockProvider;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let key = "k".repeat(32);
+        let keys = super::super::ApiKeys::new(vec![ApiKey { name: "ci".into(), key: key.clone() }]);
+        let options = super::super::ServeOptions { api_keys: keys.clone(), ..Default::default() };
+        let shared = Shared::new(Arc::new(MockProvider::new("mock")), options);
+        shared.naming();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // Routed as if bound to every interface; requests still come over loopback.
+        let every: SocketAddr = ([0, 0, 0, 0], port).into();
+        let shutdown = CancellationToken::new();
+        let sessions = super::super::sessions::Sessions::new(
+            Duration::from_secs(300),
+            super::super::DEFAULT_MAX_SERVED_SESSIONS,
+            shutdown.child_token(),
+            None,
+        );
+        let router = router_of(shared, every, shutdown.clone(), sessions, None);
+        let serving = tokio::spawn(run("test".into(), listener, router, shutdown.clone()));
+        let client = reqwest::Client::new();
+        let initialize = |host: String, key: Option<&str>| {
+            let body = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"}}});
+            let mut request = client
+                .post(format!("http://127.0.0.1:{port}{MCP_PATH}"))
+                .header(HOST, host)
+                .header(ACCEPT, "application/json, text/event-stream")
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.to_string());
+            if let Some(key) = key {
+                request = request.bearer_auth(key);
+            }
+            async move {
+                let response = tokio::time::timeout(Duration::from_secs(20), request.send())
+                    .await
+                    .expect("an answer within 20 s")
+                    .expect("a response");
+                response.status().as_u16()
+            }
+        };
+        // Keyed: any name reaches the server, as a remote client's would.
+        assert_eq!(initialize("gateway.example".into(), Some(&key)).await, 200);
+        keys.replace(Vec::new());
+        assert_eq!(initialize("evil.example".into(), None).await, 403);
+        assert_eq!(initialize(format!("127.0.0.1:{port}"), None).await, 200);
+        // Keys given again: the check is left to them again.
+        keys.replace(vec![ApiKey { name: "ci".into(), key: key.clone() }]);
+        assert_eq!(initialize("gateway.example".into(), Some(&key)).await, 200);
+        shutdown.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(20), serving).await;
+    }
+
     /// rmcp's handle of the session.
     #[tokio::test]
     async fn a_session_whose_worker_ended_is_not_found() {
