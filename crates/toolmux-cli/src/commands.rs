@@ -851,6 +851,26 @@ fn spilled_handle(result: &ToolResult) -> Option<&str> {
     result.extras.get("spilled")?.get("handle")?.as_str()
 }
 
+/// Why the name prefix of `serve` cannot be used: one so long that it leaves less than a
+/// served name needs of a client's 64 characters.
+fn name_prefix_refusal(args: &ServeArgs, loaded: &Loaded) -> Option<String> {
+    use toolmux::toolmux_mcp::server::LONGEST_NAME_PREFIX;
+    let (prefix, origin) = match (&args.name_prefix, &loaded.config.serve.name_prefix) {
+        (Some(prefix), _) => (prefix, "--name-prefix".to_owned()),
+        (None, Some(prefix)) => (prefix, format!("{}: serve.namePrefix", loaded.source_name())),
+        (None, None) => return None,
+    };
+    let length = prefix.chars().count();
+    (length > LONGEST_NAME_PREFIX).then(|| {
+        format!(
+            "{origin} is {length} characters long; a client takes a tool's name with its prefix \
+             in 64 characters at most, and toolmux keeps {} of them for the tool's own name: \
+             use a prefix of at most {LONGEST_NAME_PREFIX} characters",
+            64 - LONGEST_NAME_PREFIX
+        )
+    })
+}
+
 pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8> {
     use toolmux::toolmux_mcp::server::{ServeOptions, TokenVerifier, bind_http, serve_stdio};
     // Checked before any provider starts.
@@ -862,6 +882,10 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
             return Ok(exit::CONFIG);
         }
     };
+    if let Some(e) = name_prefix_refusal(&args, loaded) {
+        eprintln!("error: {e}");
+        return Ok(exit::CONFIG);
+    }
     // The authorization server's keys are fetched before anything starts: a wrong issuer
     // is a configuration error, not a gateway that refuses everyone.
     let token_verifier = match (&loaded.config.serve.oauth, args.transport.http) {

@@ -846,6 +846,26 @@ fn http_sessions_belong_to_the_key_holder_that_made_them() {
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
+/// A name prefix that leaves a served name less than it needs of a client's 64 characters
+/// is refused before anything starts, from the command line or the file.
+#[test]
+fn a_name_prefix_too_long_for_any_name_is_refused() {
+    let project = Project::new();
+    let long = "p".repeat(49);
+    let run = project.run(&["serve", "--stdio", "--name-prefix", &long]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("--name-prefix is 49 characters long")
+            && run.stderr.contains("at most 48 characters"),
+        "{}",
+        run.stderr
+    );
+    project.file("toolmux.yaml", &format!("serve:\n  namePrefix: {long}\nfs: {{}}\n"));
+    let run = project.run(&["serve", "--stdio"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("toolmux.yaml: serve.namePrefix is 49"), "{}", run.stderr);
+}
+
 /// Listening where other machines reach it without a key is refused unless asked for; bad
 /// keys are refused before anything starts.
 #[test]

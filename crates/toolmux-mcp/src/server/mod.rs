@@ -96,6 +96,7 @@ pub use affinity::{
 };
 pub use convert::EXTRAS_META_KEY;
 pub use handler::RUN_ID_META_KEY;
+pub use names::LONGEST_NAME_PREFIX;
 pub use oauth::{IntrospectionConfig, Refusal, ResourceServerConfig, TokenVerifier};
 pub use profile::ClientProfile;
 

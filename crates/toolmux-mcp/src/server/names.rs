@@ -14,6 +14,11 @@ use toolmux_core::naming;
 /// and the eight hash characters, plus some room to stay readable.
 const MIN_BUDGET: usize = 16;
 
+/// The longest name prefix that still leaves [`MIN_BUDGET`] characters of a 64-character
+/// name for the tool's own: a longer one would make every served name longer than the
+/// client takes.
+pub const LONGEST_NAME_PREFIX: usize = naming::DEFAULT_BUDGET - MIN_BUDGET;
+
 /// Hex characters of the hash [`naming::short_hash`] returns.
 const HASH_LEN: usize = 8;
 
