@@ -1029,6 +1029,16 @@ mod tests {
     /// when rmcp's keep-alive ended it, or during the drain after the worker quit) is not
     /// found, as an unknown session is, so that its client starts another: rmcp answered
     /// its requests 500. Nothing public ends a worker alone, so the test ends it through
+    /// The sessions of a test's `/mcp`: the default limits, ended with `shutdown`.
+    fn test_sessions(shutdown: &CancellationToken) -> Arc<super::super::sessions::Sessions> {
+        super::super::sessions::Sessions::new(
+            Duration::from_secs(300),
+            super::super::DEFAULT_MAX_SERVED_SESSIONS,
+            shutdown.child_token(),
+            None,
+        )
+    }
+
     /// A server on every interface whose host check was left to its keys checks the
     /// loopback names again once a reload has taken every key away: it is never weaker
     /// than one started without keys.
@@ -1046,12 +1056,7 @@ mod tests {
         // Routed as if bound to every interface; requests still come over loopback.
         let every: SocketAddr = ([0, 0, 0, 0], port).into();
         let shutdown = CancellationToken::new();
-        let sessions = super::super::sessions::Sessions::new(
-            Duration::from_secs(300),
-            super::super::DEFAULT_MAX_SERVED_SESSIONS,
-            shutdown.child_token(),
-            None,
-        );
+        let sessions = test_sessions(&shutdown);
         let router = router_of(shared, every, shutdown.clone(), sessions, None);
         let serving = tokio::spawn(run("test".into(), listener, router, shutdown.clone()));
         let client = reqwest::Client::new();
@@ -1099,12 +1104,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let bound = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
-        let sessions = super::super::sessions::Sessions::new(
-            Duration::from_secs(300),
-            super::super::DEFAULT_MAX_SERVED_SESSIONS,
-            shutdown.child_token(),
-            None,
-        );
+        let sessions = test_sessions(&shutdown);
         let router = router_of(shared, bound, shutdown.clone(), sessions.clone(), None);
         let serving = tokio::spawn(run("test".into(), listener, router, shutdown.clone()));
         let url = format!("http://{bound}{MCP_PATH}");
