@@ -67,8 +67,12 @@ pub(crate) fn run(root: &Path, options: &CiOptions) -> Result<()> {
         cargo_step(root, "doctests", &["test", "--workspace", "--doc", "--locked"]),
         Step {
             name: "codegen",
-            what: "cargo xtask codegen --check".into(),
-            action: Box::new(|| codegen::run(root, codegen::Mode::Check).map(|()| Outcome::Passed)),
+            what: "cargo xtask codegen --check, with the binaries the tests step built".into(),
+            action: Box::new(|| {
+                let built = Metadata::load(root, true)?.target_directory.join("debug");
+                codegen::run(root, codegen::Mode::Check, codegen::Binaries::Built(&built))
+                    .map(|()| Outcome::Passed)
+            }),
         },
         Step {
             name: "tidy",

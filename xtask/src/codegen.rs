@@ -7,7 +7,8 @@
 //! `<!-- codegen:NAME start -->` and `<!-- codegen:NAME end -->`.
 //!
 //! `--check` writes nothing and fails, listing every stale file, when one would change;
-//! `cargo xtask ci` runs it.
+//! `cargo xtask ci` runs it after its tests step, with the workspace binaries that step
+//! built (see [`Generator::binary`]), and `toolmux-cli`'s tests check the schema too.
 
 use std::fs;
 use std::io::ErrorKind;
@@ -44,7 +45,19 @@ pub(crate) const GENERATORS: &[Generator] = &[
     Generator {
         path: "schemas/toolmux.schema.json",
         section: None,
-        command: &["cargo", "run", "-q", "-p", "toolmux-cli", "--", "config", "schema"],
+        command: &[
+            "cargo",
+            "run",
+            "-q",
+            "-p",
+            "toolmux-cli",
+            "--bin",
+            "toolmux",
+            "--",
+            "config",
+            "schema",
+        ],
+        binary: Some("toolmux"),
     },
 ];
 
@@ -65,6 +78,23 @@ pub(crate) struct Generator {
     /// Program and arguments, run from the workspace root; `cargo` is the cargo that
     /// runs xtask.
     pub(crate) command: &'static [&'static str],
+    /// The workspace binary that `command` builds and runs (`cargo run ... --bin NAME --
+    /// ARGS`), if it is one. Given [`Binaries::Built`], the generator runs that folder's
+    /// `NAME` with the arguments after `--` instead: `cargo xtask ci` passes the binaries its
+    /// tests step built, since `cargo run -p` of one package selects other features than a
+    /// build of the whole workspace and so would build most of it again (about 150 s on two
+    /// cores, the slowest test of the run when a test did it).
+    pub(crate) binary: Option<&'static str>,
+}
+
+/// Where generators get the workspace binaries they run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Binaries<'a> {
+    /// Each generator's `command` builds its binary (`cargo run`).
+    Build,
+    /// Already built into this folder (`target/debug` after a workspace test build); a
+    /// binary missing there is built as with [`Binaries::Build`].
+    Built(&'a Path),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,14 +105,19 @@ pub(crate) enum Mode {
     Check,
 }
 
-pub(crate) fn run(root: &Path, mode: Mode) -> Result<()> {
+pub(crate) fn run(root: &Path, mode: Mode, binaries: Binaries<'_>) -> Result<()> {
     if GENERATORS.is_empty() {
         eprintln!("codegen: no generators yet (add them to GENERATORS in xtask/src/codegen.rs)");
     }
-    run_generators(root, GENERATORS, mode)
+    run_generators(root, GENERATORS, mode, binaries)
 }
 
-fn run_generators(root: &Path, generators: &[Generator], mode: Mode) -> Result<()> {
+fn run_generators(
+    root: &Path,
+    generators: &[Generator],
+    mode: Mode,
+    binaries: Binaries<'_>,
+) -> Result<()> {
     let orphans = orphan_markers(root, generators)?;
     if !orphans.is_empty() {
         bail!(
@@ -106,7 +141,7 @@ fn run_generators(root: &Path, generators: &[Generator], mode: Mode) -> Result<(
         };
         let mut expected = current.clone();
         for generator in generators.iter().filter(|g| g.path == path) {
-            let output = produce(root, generator)?;
+            let output = produce(root, generator, binaries)?;
             expected = Some(render(generator, &output, expected.as_deref())?);
         }
         let Some(expected) = expected.filter(|e| Some(e) != current.as_ref()) else {
@@ -137,15 +172,34 @@ fn run_generators(root: &Path, generators: &[Generator], mode: Mode) -> Result<(
     Ok(())
 }
 
-fn produce(root: &Path, generator: &Generator) -> Result<String> {
+fn produce(root: &Path, generator: &Generator, binaries: Binaries<'_>) -> Result<String> {
     let what = match generator.section {
         Some(section) => format!("section `{section}` of {}", generator.path),
         None => generator.path.to_owned(),
     };
-    let (program, args) =
-        generator.command.split_first().with_context(|| format!("empty command for {what}"))?;
-    let mut command = cmd::command(program);
-    command.args(args).current_dir(root);
+    let mut command = match (binaries, generator.binary) {
+        (Binaries::Built(folder), Some(binary)) if folder.join(binary).is_file() => {
+            let Some(dashes) = generator.command.iter().position(|arg| *arg == "--") else {
+                bail!(
+                    "the command for {what} runs the binary `{binary}` but has no `--` \
+                     before that binary's arguments"
+                );
+            };
+            let mut command = std::process::Command::new(folder.join(binary));
+            command.args(&generator.command[dashes + 1..]);
+            command
+        }
+        _ => {
+            let (program, args) = generator
+                .command
+                .split_first()
+                .with_context(|| format!("empty command for {what}"))?;
+            let mut command = cmd::command(program);
+            command.args(args);
+            command
+        }
+    };
+    command.current_dir(root);
     cmd::stdout(&mut command).with_context(|| format!("cannot generate {what}"))
 }
 

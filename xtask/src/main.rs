@@ -54,7 +54,7 @@ fn run(args: Vec<String>) -> Result<()> {
                 [] => codegen::Mode::Write,
                 _ => codegen::Mode::Check,
             };
-            codegen::run(&root, mode)
+            codegen::run(&root, mode, codegen::Binaries::Build)
         }
         "tidy" => {
             flags(rest, &[])?;

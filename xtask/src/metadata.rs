@@ -17,6 +17,8 @@ pub(crate) struct Metadata {
     /// As cargo spells it: paths in the metadata are relative to this, not to however
     /// the caller spelled the root.
     pub(crate) workspace_root: PathBuf,
+    /// Where the workspace builds, wherever configuration or `CARGO_TARGET_DIR` puts it.
+    pub(crate) target_directory: PathBuf,
     workspace_members: HashSet<String>,
     /// Package id to its resolved dependencies; empty with `--no-deps`.
     resolve: HashMap<String, Vec<Edge>>,
@@ -84,7 +86,8 @@ impl Metadata {
             }
         }
         let workspace_root = string(&value, "workspace_root")?.into();
-        Ok(Self { packages, workspace_root, workspace_members, resolve })
+        let target_directory = string(&value, "target_directory")?.into();
+        Ok(Self { packages, workspace_root, target_directory, workspace_members, resolve })
     }
 
     /// The workspace's own packages.

@@ -1,24 +1,17 @@
-//! The freshness test of the generated files, and tests of rendering, section replacement
-//! and a whole codegen run in a scratch directory.
+//! Tests of rendering, section replacement and whole codegen runs in a scratch directory.
+//! The generated files' freshness is checked by `cargo xtask ci`'s codegen step and, for the
+//! configuration schema, by `toolmux-cli`'s tests (`config schema` against the file), not
+//! here: running a generator's `cargo run -p` inside the test run built most of the
+//! workspace again with another feature set (148 s, the slowest test of the run).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{Generator, HEADER, Mode, render, replace_section, run, run_generators};
-use crate::project_root;
-
-/// `cargo test --workspace` fails while a generated file is stale, like
-/// `cargo xtask codegen --check`.
-#[test]
-fn generated_files_are_fresh() {
-    if let Err(error) = run(&project_root(), Mode::Check) {
-        panic!("{error:#}");
-    }
-}
+use super::{Binaries, Generator, HEADER, Mode, render, replace_section, run_generators};
 
 #[test]
 fn json_gets_a_top_level_comment() {
-    let generator = Generator { path: "schema.json", section: None, command: &[] };
+    let generator = Generator { path: "schema.json", section: None, command: &[], binary: None };
     let rendered = render(&generator, r#"{"type": "object", "title": "Config"}"#, None).unwrap();
     assert_eq!(
         rendered,
@@ -36,7 +29,8 @@ fn json_gets_a_top_level_comment() {
 #[test]
 fn headers_follow_the_format() {
     let render_path = |path: &'static str| {
-        render(&Generator { path, section: None, command: &[] }, "body", None).unwrap()
+        render(&Generator { path, section: None, command: &[], binary: None }, "body", None)
+            .unwrap()
     };
     assert_eq!(render_path("a.md"), format!("<!-- {HEADER} -->\n\nbody\n"));
     assert_eq!(render_path("a.rs"), format!("//! {HEADER}\n\nbody\n"));
@@ -48,7 +42,8 @@ fn headers_follow_the_format() {
 fn sections_are_replaced_between_markers() {
     let readme =
         "# toolmux\n<!-- codegen:tools start -->\nold\nlines\n<!-- codegen:tools end -->\ntail\n";
-    let generator = Generator { path: "README.md", section: Some("tools"), command: &[] };
+    let generator =
+        Generator { path: "README.md", section: Some("tools"), command: &[], binary: None };
     assert_eq!(
         render(&generator, "| tool |", Some(readme)).unwrap(),
         format!(
@@ -85,7 +80,7 @@ impl Drop for Scratch {
 }
 
 fn error_of(root: &Path, generators: &[Generator], mode: Mode) -> String {
-    format!("{:#}", run_generators(root, generators, mode).unwrap_err())
+    format!("{:#}", run_generators(root, generators, mode, Binaries::Build).unwrap_err())
 }
 
 #[test]
@@ -95,16 +90,26 @@ fn check_fails_on_stale_files_until_written() {
     fs::write(root.join("README.md"), "<!-- codegen:n start -->\n<!-- codegen:n end -->\n")
         .unwrap();
     let generators = [
-        Generator { path: "out/config.json", section: None, command: &["echo", r#"{"a": 1}"#] },
-        Generator { path: "README.md", section: Some("n"), command: &["echo", "one"] },
+        Generator {
+            path: "out/config.json",
+            section: None,
+            command: &["echo", r#"{"a": 1}"#],
+            binary: None,
+        },
+        Generator {
+            path: "README.md",
+            section: Some("n"),
+            command: &["echo", "one"],
+            binary: None,
+        },
     ];
     assert_eq!(
         error_of(root, &generators, Mode::Check),
         "generated files are stale:\n  README.md\n  out/config.json\n\
          run `cargo xtask codegen` to update them"
     );
-    run_generators(root, &generators, Mode::Write).unwrap();
-    run_generators(root, &generators, Mode::Check).unwrap();
+    run_generators(root, &generators, Mode::Write, Binaries::Build).unwrap();
+    run_generators(root, &generators, Mode::Check, Binaries::Build).unwrap();
     let readme = fs::read_to_string(root.join("README.md")).unwrap();
     assert_eq!(
         readme,
@@ -129,9 +134,58 @@ fn markers_without_a_generator_are_an_error() {
 #[test]
 fn failing_commands_name_the_file() {
     let scratch = Scratch::new("codegen-fail");
-    let generators = [Generator { path: "a.json", section: None, command: &["false"] }];
+    let generators =
+        [Generator { path: "a.json", section: None, command: &["false"], binary: None }];
     assert_eq!(
         error_of(&scratch.0, &generators, Mode::Check),
         "cannot generate a.json: `false` failed (exit status: 1)"
+    );
+}
+
+#[test]
+fn a_built_binary_runs_with_the_arguments_after_the_dashes() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let scratch = Scratch::new("codegen-built");
+    let root = &scratch.0;
+    let bin = root.join("bin");
+    fs::create_dir(&bin).unwrap();
+    let script = bin.join("printer");
+    fs::write(&script, "#!/bin/sh\nprintf '%s|' \"$@\"\n").unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    // Built, `false` (standing for `cargo run ... --bin printer`) never runs.
+    let generators = [Generator {
+        path: "out.txt",
+        section: None,
+        command: &["false", "--bin", "printer", "--", "config", "schema"],
+        binary: Some("printer"),
+    }];
+    run_generators(root, &generators, Mode::Write, Binaries::Built(&bin)).unwrap();
+    assert_eq!(fs::read_to_string(root.join("out.txt")).unwrap(), "config|schema|\n");
+
+    // A folder without the binary: the command builds and runs it, here failing.
+    assert_eq!(
+        format!(
+            "{:#}",
+            run_generators(root, &generators, Mode::Check, Binaries::Built(&root.join("none")))
+                .unwrap_err()
+        ),
+        "cannot generate out.txt: `false --bin printer -- config schema` failed (exit status: 1)"
+    );
+
+    // Told to run a built binary, a command without `--` is refused, not guessed at.
+    let generators = [Generator {
+        path: "out.txt",
+        section: None,
+        command: &["false", "printer"],
+        binary: Some("printer"),
+    }];
+    assert_eq!(
+        format!(
+            "{:#}",
+            run_generators(root, &generators, Mode::Check, Binaries::Built(&bin)).unwrap_err()
+        ),
+        "the command for out.txt runs the binary `printer` but has no `--` before that \
+         binary's arguments"
     );
 }
