@@ -488,8 +488,13 @@ impl Busy {
     /// The request `line` handed to rmcp, to be answered.
     fn ask(&self, line: &[u8]) {
         if let Some(id) = message_id(line, true) {
-            self.asked().insert(id);
+            self.ask_id(id);
         }
+    }
+
+    /// The request with the (JSON) id `id` handed to rmcp, to be answered.
+    fn ask_id(&self, id: String) {
+        self.asked().insert(id);
     }
 
     /// The request with the (JSON) id `id` is answered, or no answer is wanted.
@@ -1410,25 +1415,33 @@ impl Framer {
             let mut chunk = std::mem::take(&mut self.line);
             chunk.extend_from_slice(&available[..take]);
             self.long.read(&chunk);
-            router.send_to_rmcp(chunk);
             self.streaming = newline.is_none();
-            if !self.streaming {
-                let long = std::mem::take(&mut self.long);
-                // rmcp drops the line without a word: its client would wait for ever.
-                if long.length > LINE_MAX + 1 {
-                    let id = long.id();
-                    let message = format!(
-                        "Invalid Request: the message is {} bytes, over the {} MiB a line may \
-                         have; it was dropped",
-                        long.length - 1,
-                        LINE_MAX >> 20
-                    );
-                    let error = serde_json::json!({"jsonrpc": "2.0", "id": id,
-                        "error": {"code": -32600, "message": message}});
-                    if let Ok(mut line) = serde_json::to_vec(&error) {
-                        line.push(b'\n');
-                        router.out.send(line);
-                    }
+            if self.streaming {
+                router.send_to_rmcp(chunk);
+                return (take, None);
+            }
+            let long = std::mem::take(&mut self.long);
+            let too_long = long.length > LINE_MAX + 1;
+            // Waited for at the end of input as a short line is (see `Router::route`):
+            // counted before rmcp has the line's end, so before it can answer it.
+            if !too_long && let Some(id) = long.request_id() {
+                router.busy.ask_id(id);
+            }
+            router.send_to_rmcp(chunk);
+            // rmcp drops the line without a word: its client would wait for ever.
+            if too_long {
+                let id = long.id();
+                let message = format!(
+                    "Invalid Request: the message is {} bytes, over the {} MiB a line may \
+                     have; it was dropped",
+                    long.length - 1,
+                    LINE_MAX >> 20
+                );
+                let error = serde_json::json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": -32600, "message": message}});
+                if let Ok(mut line) = serde_json::to_vec(&error) {
+                    line.push(b'\n');
+                    router.out.send(line);
                 }
             }
             (take, None)
@@ -1471,6 +1484,11 @@ struct LongLine {
     id: Option<Vec<u8>>,
     /// The name read last at depth one was `id`, and its value comes next.
     at_id: bool,
+    /// A member named `method` was read at depth one: the line is a request (or a
+    /// notification, when it has no `id`).
+    request: bool,
+    /// The deepest nesting of arrays and objects read.
+    deepest: u32,
 }
 
 impl LongLine {
@@ -1509,6 +1527,7 @@ impl LongLine {
                 }
                 b'{' | b'[' => {
                     self.depth += 1;
+                    self.deepest = self.deepest.max(self.depth);
                     if self.depth == 1 {
                         self.expect_key = b == b'{';
                     }
@@ -1517,6 +1536,7 @@ impl LongLine {
                 b':' if self.depth == 1 && self.expect_key => {
                     self.expect_key = false;
                     self.at_id = self.key == b"id";
+                    self.request |= self.key == b"method";
                 }
                 b',' if self.depth == 1 => self.expect_key = true,
                 _ => {}
@@ -1526,6 +1546,19 @@ impl LongLine {
                 self.value = Some(vec![b]);
             }
         }
+    }
+
+    /// The line's id as JSON text, as rmcp will answer it, when the line is a request
+    /// rmcp can read as far as its bytes tell: it has a `method`, a string id or an
+    /// integer one within `i64`, and nests no deeper than serde_json reads (128 levels).
+    /// (A request whose `params` do not fit its method is answered without an id: it
+    /// holds the end of input for its grace, as the line is not kept to be read whole.)
+    fn request_id(&self) -> Option<String> {
+        if !self.request || self.deepest >= 128 {
+            return None;
+        }
+        let id: serde_json::Value = serde_json::from_slice(self.id.as_deref()?).ok()?;
+        (id.is_string() || id.is_i64()).then(|| id.to_string())
     }
 
     /// The line's id, when it has a string or number one; else `null`.
@@ -1709,6 +1742,37 @@ mod tests {
                 assert_eq!(id(line, split), expected, "{line} split at {split}");
             }
         }
+    }
+
+    /// A long line is waited for at the end of input when a short one of the same form
+    /// would be: a request rmcp reads, under the id its answer carries.
+    #[test]
+    fn a_long_line_is_a_request_to_answer_as_a_short_one_is() {
+        let deep = format!("{}1{}", "[".repeat(127), "]".repeat(127));
+        let deeper = format!("{}1{}", "[".repeat(128), "]".repeat(128));
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","method":"ping","id":"ab"}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":7,"result":{}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"ping"}"#.to_owned(),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":8,"method":"ping","params":{{"_meta":{{"d":{deep}}}}}}}"#
+            ),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":8,"method":"ping","params":{{"_meta":{{"d":{deeper}}}}}}}"#
+            ),
+        ];
+        for line in &lines {
+            let mut long = LongLine::default();
+            long.read(line.as_bytes());
+            let readable = serde_json::from_str::<rmcp::model::ClientJsonRpcMessage>(line).is_ok();
+            let short = message_id(line.as_bytes(), true).filter(|_| readable);
+            assert_eq!(long.request_id(), short, "{line}");
+        }
+        let mut long = LongLine::default();
+        long.read(lines[1].as_bytes());
+        assert_eq!(long.request_id().as_deref(), Some(r#""ab""#));
     }
 
     #[test]

@@ -1417,3 +1417,37 @@ async fn requests_rmcp_cannot_read_do_not_hold_the_end_of_input() {
     assert!(message.contains("nests deeper than the 128 levels"), "{message}");
     assert!(answers.iter().any(|a| a["id"] == "end" && a.get("result").is_some()), "{answers:?}");
 }
+
+/// A request line longer than the direct path reads whole (64 KiB), streamed to rmcp as
+/// it arrives, is answered when the client closes its stdin right after it
+/// (`printf '...big request...' | toolmux serve --stdio`), as a short one is: it was not
+/// counted among the requests the end of input waits for, and was cancelled there.
+#[tokio::test]
+async fn a_long_request_at_the_end_of_stdin_is_answered() {
+    use tokio::io::AsyncWriteExt;
+    let pad = "p".repeat(100 * 1024);
+    let calls = [
+        json!({"jsonrpc": "2.0", "id": "echo", "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": pad}}}),
+        // The id last, after the long argument; and a call that takes a while.
+        json!({"jsonrpc": "2.0", "method": "tools/call",
+            "params": {"name": "sleep_ms", "arguments": {"ms": 1500, "pad": pad}}, "id": 9}),
+    ];
+    for call in calls {
+        let id = call["id"].clone();
+        let (mut child, mut stdin, mut lines) = stdio_process(&[]);
+        within(stdin.write_all(opening_lines().as_bytes())).await.unwrap();
+        // Opened first: the end of input would wait for the initialize's answer.
+        let opened = within(lines.next_line()).await.unwrap().expect("the initialize answer");
+        assert!(opened.contains(r#""id":0"#), "{opened}");
+        within(stdin.write_all(format!("{call}\n").as_bytes())).await.unwrap();
+        drop(stdin);
+        let answers = read_to_end(&mut lines).await;
+        assert!(within(child.wait()).await.unwrap().success());
+        let answer = answers.iter().find(|a| a["id"] == id);
+        let answer = answer.unwrap_or_else(|| panic!("no answer to {id}: {answers:?}"));
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text == "slept" || text == format!("echo: {pad}"), "{id}: {}", &text[..40]);
+    }
+}
