@@ -93,3 +93,57 @@ fn a_stale_benchmark_lock_file_fails_the_bench_locks_step() {
     assert_eq!(fs::read_to_string(&lock).unwrap(), stale, "the lock file is left as it was");
     let _ = fs::remove_dir_all(&root);
 }
+
+/// The background install's failure ends with its log; dropped unfinished, it leaves no
+/// process of its group behind (cargo's compilers included).
+#[test]
+fn a_background_install_reports_its_log_and_is_killed_whole_when_dropped() {
+    use super::DenyInstall;
+    use std::process::Command;
+
+    let folder = std::env::temp_dir().join(format!("xtask-install-{}", std::process::id()));
+    fs::create_dir_all(&folder).unwrap();
+
+    let mut failing = Command::new("sh");
+    failing.args(["-c", "echo compiling; echo 'error: no space left' >&2; exit 3"]);
+    let error = DenyInstall::spawn(failing, folder.join("a.log")).unwrap().wait().unwrap_err();
+    assert_eq!(
+        format!("{error:#}"),
+        "installing cargo-deny failed (exit status: 3):\ncompiling\nerror: no space left"
+    );
+
+    // A child that starts one of its own, as cargo starts rustc; each writes its pid.
+    let pids = folder.join("pids");
+    let mut long = Command::new("sh");
+    long.arg("-c").arg(format!("sleep 300 & echo $! >> {0}; echo $$ >> {0}; wait", pids.display()));
+    let install = DenyInstall::spawn(long, folder.join("b.log")).unwrap();
+    let started = std::time::Instant::now();
+    let written = loop {
+        let text = fs::read_to_string(&pids).unwrap_or_default();
+        if text.lines().count() == 2 {
+            break text;
+        }
+        assert!(started.elapsed().as_secs() < 10, "the child wrote no pids");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    drop(install);
+    for pid in written.lines() {
+        // Killed and reaped by the drop (the shell), or killed and reparented (the sleep):
+        // either way no longer running.
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+        let gone = started.elapsed().as_secs() < 10
+            && (0..200).any(|_| {
+                let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let running = stat
+                    .rsplit_once(") ")
+                    .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'));
+                if running {
+                    std::thread::sleep(std::time::Duration::from_millis(25));
+                }
+                !running
+            });
+        assert!(gone, "process {pid} still runs ({state:?})");
+    }
+    let _ = fs::remove_dir_all(&folder);
+}
