@@ -160,6 +160,54 @@ async fn every_redirect_is_checked_again() {
     );
 }
 
+/// An address in `deniedHosts` is refused where a host name resolves to it, not only where
+/// it is written: `localhost` with loopback denied (and `allowPrivate` on) was fetched, and
+/// so was a redirect to it.
+#[tokio::test]
+async fn a_name_resolving_to_a_denied_address_is_refused() {
+    let seen = Arc::new(Mutex::new(0));
+    let counter = seen.clone();
+    let base = serve(move |_| {
+        *counter.lock().unwrap() += 1;
+        html(PAGE)
+    })
+    .await;
+    let port = base.rsplit(':').next().unwrap().to_owned();
+    let denied = json!({"fetch": {"allowPrivate": true, "deniedHosts": ["127.0.0.1", "[::1]"]}});
+    let web = provider(denied);
+    for url in [format!("http://localhost:{port}/"), format!("{base}/")] {
+        let error = call(&web, "fetch", json!({"url": url})).await.unwrap_err();
+        let report = error.report();
+        assert!(matches!(error, ToolError::Denied { .. }), "{url}: {report}");
+        assert!(report.contains("`web.fetch.deniedHosts`"), "{url}: {report}");
+    }
+    assert_eq!(*seen.lock().unwrap(), 0, "a denied address was reached");
+    // A redirect from an address that is not denied (127.0.0.2, loopback too) to the name.
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.expect("127.0.0.2");
+    let from = listener.local_addr().expect("an address");
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut head = [0u8; 4096];
+            let _ = socket.read(&mut head).await;
+            let reply = format!(
+                "HTTP/1.1 302 Found\r\nLocation: http://localhost:{port}/notes\r\n\
+                 Content-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = socket.write_all(reply.as_bytes()).await;
+        }
+    });
+    let web = provider(json!({"fetch": {
+        "allowPrivate": true, "deniedHosts": ["127.0.0.1", "::1"], "robotsTxt": false
+    }}));
+    let error =
+        call(&web, "fetch", json!({"url": format!("http://{from}/away")})).await.unwrap_err();
+    let report = error.report();
+    assert!(matches!(error, ToolError::Denied { .. }), "{report}");
+    assert!(report.contains("`localhost` resolves to 127.0.0.1"), "{report}");
+    assert_eq!(*seen.lock().unwrap(), 0, "a redirect reached a denied address");
+}
+
 #[tokio::test]
 async fn errors_binary_content_and_oversized_bodies_are_said_plainly() {
     let base = serve(|request: SeenRequest| {

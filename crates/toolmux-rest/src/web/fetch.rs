@@ -52,12 +52,14 @@ impl Policy {
             None => host.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
         };
         let name = literal.map_or_else(|| host.to_owned(), |ip| ip.to_string());
-        if self.denied_hosts.iter().any(|p| host_matches(&name, p)) {
+        let listed = |pattern: &String| match literal {
+            Some(ip) => address_of(pattern) == Some(ip) || host_matches(&name, pattern),
+            None => host_matches(&name, pattern),
+        };
+        if self.denied_hosts.iter().any(listed) {
             return Some(format!("host `{name}` is in `web.fetch.deniedHosts`"));
         }
-        if !self.allowed_hosts.is_empty()
-            && !self.allowed_hosts.iter().any(|p| host_matches(&name, p))
-        {
+        if !self.allowed_hosts.is_empty() && !self.allowed_hosts.iter().any(listed) {
             return Some(format!(
                 "host `{name}` is not in `web.fetch.allowedHosts` ({})",
                 self.allowed_hosts.join(", ")
@@ -69,6 +71,21 @@ impl Policy {
             }
             _ => None,
         }
+    }
+}
+
+/// The address a host pattern names when it is an IP literal (`169.254.169.254`, `::1`,
+/// `[::1]`), an IPv4-mapped IPv6 one as the IPv4 address it carries.
+fn address_of(pattern: &str) -> Option<IpAddr> {
+    let bare = pattern.strip_prefix('[').and_then(|p| p.strip_suffix(']')).unwrap_or(pattern);
+    bare.parse::<IpAddr>().ok().map(unmapped)
+}
+
+/// `ip`, or the IPv4 address an IPv4-mapped IPv6 one carries (which is where it leads).
+fn unmapped(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
     }
 }
 
@@ -139,27 +156,46 @@ impl fmt::Display for Refused {
 impl std::error::Error for Refused {}
 
 /// Resolves host names with the system's resolver and keeps the addresses the policy
-/// allows, so that the connection goes to a checked address.
+/// allows, so that the connection goes to a checked address: a public one (unless
+/// `allowPrivate`) that `deniedHosts` does not name. Every connection resolves anew, a
+/// redirect's and robots.txt's included, so a name that resolves to a denied address
+/// (`localhost` with `127.0.0.1` denied, or a name rebound after an earlier check) is
+/// refused where it is connected, not only where it was written.
 #[derive(Debug)]
 struct CheckedResolver {
     allow_private: bool,
+    /// The IP literals of `deniedHosts`, IPv4-mapped ones as IPv4.
+    denied: Arc<[IpAddr]>,
 }
 
 impl Resolve for CheckedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let allow_private = self.allow_private;
+        let denied = Arc::clone(&self.denied);
         let host = name.as_str().to_owned();
         Box::pin(async move {
             let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
                 .await
                 .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)?
                 .collect();
-            let allowed: Vec<SocketAddr> =
-                found.iter().copied().filter(|a| allow_private || is_public(a.ip())).collect();
+            let is_denied = |a: &SocketAddr| denied.contains(&unmapped(a.ip()));
+            let allowed: Vec<SocketAddr> = found
+                .iter()
+                .copied()
+                .filter(|a| !is_denied(a) && (allow_private || is_public(a.ip())))
+                .collect();
             if allowed.is_empty() {
                 let ips: Vec<IpAddr> = found.iter().map(SocketAddr::ip).collect();
+                let named: Vec<String> =
+                    found.iter().filter(|a| is_denied(a)).map(|a| a.ip().to_string()).collect();
                 let refused = if ips.is_empty() {
                     Refused(format!("`{host}` resolves to no address"))
+                } else if !named.is_empty() {
+                    Refused(format!(
+                        "`{host}` resolves to {}, which `web.fetch.deniedHosts` names, and to no \
+                         address this fetch may reach",
+                        named.join(", ")
+                    ))
                 } else {
                     Refused(private_refusal(&host, &ips))
                 };
@@ -197,10 +233,13 @@ const ROBOTS_TIMEOUT: Duration = Duration::from_secs(10);
 impl Fetcher {
     pub(crate) fn new(config: &FetchConfig) -> Result<Fetcher, String> {
         for pattern in config.allowed_hosts.iter().chain(&config.denied_hosts) {
+            if address_of(pattern).is_some() {
+                continue;
+            }
             let bare = pattern.strip_prefix("*.").unwrap_or(pattern);
             if bare.is_empty() || bare.contains(['*', '/', ':', ' ']) {
                 return Err(format!(
-                    "web.fetch: host pattern `{pattern}` is not a host name or `*.domain`"
+                    "web.fetch: host pattern `{pattern}` is not a host name, an IP address or `*.domain`"
                 ));
             }
         }
@@ -235,7 +274,10 @@ impl Fetcher {
         let client = reqwest::Client::builder()
             .redirect(redirect)
             .no_proxy()
-            .dns_resolver(Arc::new(CheckedResolver { allow_private: config.allow_private }))
+            .dns_resolver(Arc::new(CheckedResolver {
+                allow_private: config.allow_private,
+                denied: config.denied_hosts.iter().filter_map(|p| address_of(p)).collect(),
+            }))
             .user_agent(user_agent)
             .build()
             .map_err(|e| format!("web.fetch: cannot build the HTTP client: {e}"))?;

@@ -51,7 +51,9 @@ pub struct FetchConfig {
     /// Only these hosts, when given: `example.com`, or `*.example.com` for its subdomains.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_hosts: Vec<String>,
-    /// Never these hosts (same patterns), redirects included.
+    /// Never these hosts (same patterns, or IP addresses such as `169.254.169.254` and
+    /// `::1`), redirects included; an address is refused also where a host name resolves to
+    /// it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub denied_hosts: Vec<String>,
     /// The most bytes read of one response (default 5 MB); the rest is cut and said so.
