@@ -1593,13 +1593,15 @@ impl ServerHandler for Gateway {
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let accepted = context.accepted().clone();
-        let provider = &self.shared.provider;
+        // Resources are subscribed to through the key holder's view, as `subscribe` does:
+        // what the view refuses is not subscribed to, nor announced.
+        let provider = &self.provider_for(context.request_context());
         let streams = {
             let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
             let at = prepared.iter().position(|(filter, _)| filter == context.requested());
             at.map(|at| prepared.remove(at).1)
         };
-        let streams = streams.unwrap_or_else(|| Streams::of(&**provider));
+        let streams = streams.unwrap_or_else(|| Streams::of(&*self.shared.provider));
         let wants = |flag: Option<bool>| flag == Some(true);
         // A burst of changes is announced once (`settle`); the settled streams keep what
         // came while another branch of the loop below ran.
@@ -1612,11 +1614,13 @@ impl ServerHandler for Gateway {
         let uris: HashSet<String> =
             accepted.resource_subscriptions.unwrap_or_default().into_iter().collect();
         let mut updates = streams.updates.filter(|_| !uris.is_empty());
-        let mut subscribed = Vec::new();
+        let mut subscribed = HashSet::new();
         if updates.is_some() {
-            for uri in &uris {
-                match provider.subscribe_resource(uri).await {
-                    Ok(()) => subscribed.push(uri.clone()),
+            for uri in uris {
+                match provider.subscribe_resource(&uri).await {
+                    Ok(()) => {
+                        subscribed.insert(uri);
+                    }
                     Err(error) => tracing::debug!(%uri, error = %error.report(), "not subscribed"),
                 }
             }
@@ -1655,7 +1659,7 @@ impl ServerHandler for Gateway {
                 }
                 uri = async { updates.as_mut()?.next().await }, if updates.is_some() => {
                     let Some(uri) = uri else { break };
-                    if uris.contains(&*uri)
+                    if subscribed.contains(&*uri)
                         && context.sink().notify_resource_updated(uri.to_string()).await.is_err()
                     {
                         break;

@@ -476,3 +476,121 @@ async fn health_shows_a_degraded_upstream_by_name() {
     within(up.shutdown()).await.unwrap();
     within(down.shutdown()).await.unwrap();
 }
+
+/// The fixture as a key holder's view shows it: without the resource `hidden`, whose
+/// subscriptions fail as unknown (as `serve.holderTools` views refuse what they hide).
+#[derive(Debug)]
+struct Hiding {
+    fixture: Arc<Fixture>,
+    hidden: &'static str,
+}
+
+#[async_trait::async_trait]
+impl ToolProvider for Hiding {
+    fn kind(&self) -> toolmux_core::ToolKind {
+        self.fixture.kind()
+    }
+
+    fn namespace(&self) -> &str {
+        self.fixture.namespace()
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, toolmux_core::ToolError> {
+        self.fixture.list_tools().await
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &toolmux_core::CallContext,
+    ) -> Result<toolmux_core::ToolOutput, toolmux_core::ToolError> {
+        self.fixture.call(name, arguments, ctx).await
+    }
+
+    async fn subscribe_resource(&self, uri: &str) -> Result<(), toolmux_core::ToolError> {
+        if uri == self.hidden {
+            return Err(toolmux_core::ToolError::UnknownResource { uri: uri.to_owned() });
+        }
+        self.fixture.subscribe_resource(uri).await
+    }
+
+    fn resource_updates(&self) -> Option<toolmux_core::ResourceUpdates> {
+        self.fixture.resource_updates()
+    }
+}
+
+/// Key holder `bob` is served `view`; everyone else everything.
+#[derive(Debug)]
+struct BobsView(Arc<dyn ToolProvider>);
+
+impl toolmux_mcp::server::HolderViews for BobsView {
+    fn view(&self, holder: &str) -> Option<Arc<dyn ToolProvider>> {
+        (holder == "bob").then(|| self.0.clone())
+    }
+}
+
+/// A stateless client of the 2026-07-28 revision sending `key`.
+async fn stateless_client(server: &HttpServer, key: &str) -> crate::support::Client {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    crate::support::install_crypto();
+    let config = StreamableHttpClientTransportConfig::with_uri(server.url()).auth_header(key);
+    let transport = StreamableHttpClientTransport::from_config(config);
+    let mode = ClientLifecycleMode::Discover {
+        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+    };
+    within(crate::support::Recorder::default().serve_with_lifecycle(transport, mode))
+        .await
+        .expect("client connects")
+}
+
+/// The URI of the next `notifications/resources/updated` of `subscription`.
+async fn next_update(subscription: &mut rmcp::service::Subscription) -> String {
+    loop {
+        let notification = within(subscription.next()).await.unwrap().expect("a notification");
+        let notification = serde_json::to_value(&notification).unwrap();
+        if notification["method"] == "notifications/resources/updated" {
+            return notification["params"]["uri"].as_str().unwrap().to_owned();
+        }
+    }
+}
+
+/// `subscriptions/listen` of a key holder subscribes through the holder's view, as
+/// `resources/subscribe` does, and tells it only of the resources the view let it
+/// subscribe to: a holder whose view hides a resource is not told of its updates (it was,
+/// and the whole provider was subscribed to it on the holder's behalf); a holder served
+/// everything is.
+#[tokio::test]
+async fn a_listen_of_a_key_holder_hears_only_of_resources_in_its_view() {
+    let (hidden, shown) = ("test://hidden", "test://shown");
+    let fixture = Arc::new(Fixture::new(0));
+    let view = Arc::new(Hiding { fixture: fixture.clone(), hidden });
+    let keys = ApiKeys::new(vec![
+        ApiKey { name: "alice".into(), key: "alice-key-0123456789".into() },
+        ApiKey { name: "bob".into(), key: "bob-key-0123456789ab".into() },
+    ]);
+    let options = ServeOptions {
+        api_keys: keys,
+        views: Some(Arc::new(BobsView(view))),
+        ..Default::default()
+    };
+    let server = HttpServer::start(fixture, options).await;
+    let alice = stateless_client(&server, "alice-key-0123456789").await;
+    let bob = stateless_client(&server, "bob-key-0123456789ab").await;
+    let filter = SubscriptionFilter::builder().resource_subscriptions([hidden, shown]).build();
+    let mut heard_by_alice = within(alice.listen(filter.clone())).await.unwrap();
+    let mut heard_by_bob = within(bob.listen(filter)).await.unwrap();
+    for uri in [hidden, shown] {
+        let touched = call(&alice, "touch_resource", json!({"uri": uri})).await;
+        assert_eq!(first_text(&touched), format!("touched {uri}"));
+    }
+    assert_eq!(next_update(&mut heard_by_alice).await, hidden);
+    assert_eq!(next_update(&mut heard_by_alice).await, shown);
+    // In order: the hidden resource's update, had it been sent, would have come first.
+    assert_eq!(next_update(&mut heard_by_bob).await, shown);
+    within(alice.cancel()).await.unwrap();
+    within(bob.cancel()).await.unwrap();
+    server.stop().await;
+}
