@@ -6,6 +6,7 @@ use crate::openapi::{Location, SecurityScheme};
 use crate::request::PreparedRequest;
 use crate::secrets::Secrets;
 use crate::{Credentials, RestError, TokenAuthMethod};
+use futures::StreamExt as _;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -15,6 +16,12 @@ use tokio::sync::Mutex;
 const REFRESH_MARGIN: Duration = Duration::from_secs(30);
 /// Lifetime assumed when a token response names none.
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
+/// The longest a token request may take, its response read whole. A caller waiting for
+/// another's request (see [`Auth::token`]) is bounded by its own call's timeout.
+const TOKEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most bytes of a token response read: a token endpoint answers with a small JSON
+/// object, and one answering without end would otherwise be read into memory whole.
+const MAX_TOKEN_RESPONSE: usize = 256 * 1024;
 /// The longest a token is cached, whatever its response says: endpoints write "never
 /// expires" as a huge `expires_in` (Java's `Long.MAX_VALUE`), which as an `Instant` would
 /// overflow, and a token kept for a day is asked for again after one.
@@ -231,6 +238,8 @@ impl Auth {
         let scopes = if credentials.scopes.is_empty() { scopes } else { &credentials.scopes };
         let key = (scheme.to_owned(), scopes.join(" "));
         // Holding the lock while fetching makes concurrent calls share one token request.
+        // The request is bounded by `TOKEN_TIMEOUT` and every waiter by its own call's
+        // timeout, within which the provider runs the whole call.
         let mut tokens = self.tokens.lock().await;
         if let Some((token, expires)) = tokens.get(&key)
             && Instant::now() + REFRESH_MARGIN < *expires
@@ -279,15 +288,42 @@ impl Auth {
                 form.push(("client_secret", secret));
             }
         }
-        let response = request
-            .form(&form)
-            .timeout(Duration::from_secs(30))
-            .send()
-            .await
-            .map_err(|e| fail(format!("token request failed: {}", e.without_url())))?;
+        let timed_out = || {
+            fail(format!("the token endpoint did not answer within {} s", TOKEN_TIMEOUT.as_secs()))
+        };
+        let response = request.form(&form).timeout(TOKEN_TIMEOUT).send().await.map_err(|e| {
+            if e.is_timeout() {
+                timed_out()
+            } else {
+                fail(format!("token request failed: {}", e.without_url()))
+            }
+        })?;
         let status = response.status();
-        let body =
-            response.bytes().await.map_err(|_| fail("reading the token response failed".into()))?;
+        let mut body = Vec::new();
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                if e.is_timeout() {
+                    timed_out()
+                } else {
+                    fail("reading the token response failed".into())
+                }
+            })?;
+            let room = MAX_TOKEN_RESPONSE - body.len();
+            if chunk.len() > room {
+                if status.is_success() {
+                    return Err(fail(format!(
+                        "the token response is longer than {} KiB, the most read of one: a \
+                         token endpoint answers with a small JSON object; check the token URL",
+                        MAX_TOKEN_RESPONSE / 1024
+                    )));
+                }
+                // A refusal is shown only as an excerpt: its head is enough.
+                body.extend_from_slice(&chunk[..room]);
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
         if !status.is_success() {
             // An endpoint that echoes the request it refuses would put the client's secret
             // into the error, which is logged and shown: it is redacted in every form the

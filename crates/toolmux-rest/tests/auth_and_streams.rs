@@ -165,6 +165,69 @@ async fn oauth_client_credentials_token_is_fetched_once_and_cached() {
 /// The client's id and secret are form-urlencoded before they go into HTTP Basic
 /// (RFC 6749 §2.3.1), so that a secret holding `:` or letters beyond ASCII reaches a
 /// conforming token endpoint as it is: the endpoint decodes both halves.
+/// A token endpoint answering without end is read only up to 256 KiB, and the call fails
+/// saying so (the whole answer was read into memory, and its token used).
+#[tokio::test]
+async fn a_token_response_is_read_only_up_to_its_cap() {
+    let base = serve(|seen| {
+        if !seen.request_line().starts_with("POST /token") {
+            return Reply::json(200, echo(&seen));
+        }
+        let mut chunks = vec![(0, br#"{"access_token": "tok-big", "padding": ""#.to_vec())];
+        chunks.extend((0..64).map(|_| (0, vec![b'x'; 64 * 1024])));
+        chunks.push((0, br#""}"#.to_vec()));
+        let headers = vec![("Content-Type".into(), "application/json".into())];
+        Reply { status: 200, headers, chunks }
+    })
+    .await;
+    let provider = provider(&base).await;
+    let error = provider.call("oauth", json!({}), &CallContext::new()).await.unwrap_err();
+    let report = error.report();
+    assert!(
+        report.contains("cannot obtain an OAuth2 token for scheme `oauth`")
+            && report.contains("the token response is longer than 256 KiB"),
+        "{report}"
+    );
+}
+
+/// A token endpoint that answers its headers and then hangs holds up neither the call that
+/// asked it nor one waiting for that token: each ends at its own timeout, and the next call
+/// asks again.
+#[tokio::test]
+async fn a_hanging_token_endpoint_holds_every_waiter_only_to_its_timeout() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let count = asked.clone();
+    let base = serve(move |seen| {
+        if !seen.request_line().starts_with("POST /token") {
+            return Reply::json(200, echo(&seen));
+        }
+        count.fetch_add(1, Ordering::SeqCst);
+        let headers = vec![("Content-Type".into(), "application/json".into())];
+        Reply { status: 200, headers, chunks: vec![(60_000, b"{}".to_vec())] }
+    })
+    .await;
+    let config =
+        OpenApiConfig { auth: credentials(), timeout_ms: Some(300), ..OpenApiConfig::default() };
+    let provider =
+        RestProvider::openapi_from_value("secured", secured_document(&base), "s.json", &config)
+            .unwrap();
+    let ctx = CallContext::new();
+    let both = futures::future::join(
+        provider.call("oauth", json!({}), &ctx),
+        provider.call("oauth", json!({}), &ctx),
+    );
+    let (first, second) = tokio::time::timeout(std::time::Duration::from_secs(20), both)
+        .await
+        .expect("both calls ended at their timeout");
+    for result in [first, second] {
+        let error = result.unwrap_err();
+        assert!(matches!(error, toolmux_core::ToolError::Timeout { .. }), "{error:?}");
+    }
+    let third = provider.call("oauth", json!({}), &ctx).await.unwrap_err();
+    assert!(matches!(third, toolmux_core::ToolError::Timeout { .. }), "{third:?}");
+    assert!(asked.load(Ordering::SeqCst) >= 2, "the token was not asked for again");
+}
+
 #[tokio::test]
 async fn oauth_client_credentials_are_form_encoded_for_basic() {
     let server = token_server(3600, false).await;
