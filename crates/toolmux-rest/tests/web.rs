@@ -321,6 +321,55 @@ async fn search_speaks_tavilys_api_and_keeps_the_key_out_of_errors() {
     assert!(!format!("{wrong:?}").contains("tvly-wrong-key-456"));
 }
 
+/// What the search API echoes of the key (or of another secret the provider was given)
+/// is redacted from the results and from an error, before either is cut; an answer longer
+/// than 4 MiB is not read on (it was read whole, then cut and failed as not JSON).
+#[tokio::test]
+async fn search_results_and_errors_are_redacted_and_answers_capped() {
+    let key = "tvly-echoed-key-0123456789";
+    let other = "sk-other-secret-abcdef";
+    let base = serve(move |request: SeenRequest| {
+        let query: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        match query["query"].as_str().unwrap_or_default() {
+            "refused" => {
+                Reply::json(400, json!({"detail": format!("{}bad key {key}", "x".repeat(370))}))
+            }
+            "huge" => {
+                let mut reply = Reply::json(200, json!({}));
+                reply.chunks = vec![(0, br#"{"results": [{"content": ""#.to_vec())];
+                reply.chunks.extend((0..80).map(|_| (0, vec![b'x'; 64 * 1024])));
+                reply.chunks.push((0, br#""}]}"#.to_vec()));
+                reply
+            }
+            _ => Reply::json(
+                200,
+                json!({
+                    "answer": format!("The key is {key}."),
+                    "results": [{
+                        "title": format!("About {other}"),
+                        "url": format!("https://example.com/?key={key}"),
+                        "content": format!("{}{key}", "y ".repeat(595)),
+                    }]
+                }),
+            ),
+        }
+    })
+    .await;
+    let web =
+        provider(json!({"fetch": {"enabled": false}, "search": {"apiKey": key, "url": base}}))
+            .with_secrets([other]);
+    let out = call(&web, "search", json!({"query": "echo"})).await.expect("searched");
+    let text = serde_json::to_string(&out).unwrap();
+    assert!(text.contains("The key is REDACTED.") && text.contains("About REDACTED"), "{text}");
+    assert!(text.contains("y y REDACTED"), "the excerpt was cut before it was redacted: {text}");
+    assert!(!text.contains("tvly-echo") && !text.contains("sk-other"), "{text}");
+    let refused = call(&web, "search", json!({"query": "refused"})).await.unwrap_err().report();
+    assert!(refused.contains("bad key REDACTED"), "{refused}");
+    assert!(!refused.contains("tvly-echo"), "{refused}");
+    let huge = call(&web, "search", json!({"query": "huge"})).await.unwrap_err().report();
+    assert!(huge.contains("the search API's answer is longer than 4 MiB"), "{huge}");
+}
+
 #[test]
 fn settings_that_cannot_work_are_refused() {
     let bad = |config: Value| {

@@ -114,8 +114,9 @@ pub struct WebProvider {
     fetcher: Option<Arc<fetch::Fetcher>>,
     searcher: Option<Arc<search::Searcher>>,
     specs: Vec<ToolSpec>,
-    /// What a fetch's error must not show, in every form it takes on the wire: the search
-    /// service's key and the values [`WebProvider::with_secrets`] gave.
+    /// What a fetch's error and a search's answer or error must not show, in every form it
+    /// takes on the wire: the search service's key and the values
+    /// [`WebProvider::with_secrets`] gave.
     secrets: Arc<[String]>,
 }
 
@@ -268,7 +269,9 @@ impl ToolProvider for WebProvider {
                 ("fetch", Some(fetcher), _) => {
                     fetcher.call(&full, &arguments, &self.secrets, ctx).await
                 }
-                ("search", _, Some(searcher)) => searcher.call(&full, &arguments).await,
+                ("search", _, Some(searcher)) => {
+                    searcher.call(&full, &arguments, &self.secrets).await
+                }
                 _ => Err(ToolError::UnknownTool {
                     name: name.to_owned(),
                     suggestions: self.specs.iter().map(|s| s.name.clone()).collect(),

@@ -1,6 +1,8 @@
 //! `web__search`: Tavily's search API (`POST {url}/search`, the key as a bearer token).
 
 use super::{SearchConfig, SearchProvider, text_argument};
+use crate::secrets::scrub;
+use futures::StreamExt as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
@@ -82,10 +84,13 @@ impl Searcher {
         })
     }
 
+    /// Searches for what `arguments` ask; `secrets` (the key among them) are kept out of
+    /// what it returns, an answer or an error, however the search API echoes them.
     pub(crate) async fn call(
         &self,
         tool: &str,
         arguments: &Value,
+        secrets: &[String],
     ) -> Result<ToolOutput, ToolError> {
         let query = text_argument(tool, arguments, "query")?.trim();
         if query.is_empty() {
@@ -136,12 +141,31 @@ impl Searcher {
             }
         };
         let status = response.status();
-        let bytes = response.bytes().await.map_err(|e| {
-            failed(format!("the search API's answer could not be read: {}", e.without_url()))
-        })?;
-        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_ANSWER_BYTES)]);
+        let mut bytes = Vec::new();
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                failed(format!("the search API's answer could not be read: {}", e.without_url()))
+            })?;
+            let room = MAX_ANSWER_BYTES - bytes.len();
+            if chunk.len() > room {
+                if status.is_success() {
+                    return Err(failed(format!(
+                        "the search API's answer is longer than {} MiB, the most read of one",
+                        MAX_ANSWER_BYTES / (1024 * 1024)
+                    )));
+                }
+                // A refusal is shown only as an excerpt: its head is enough.
+                bytes.extend_from_slice(&chunk[..room]);
+                break;
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let text = String::from_utf8_lossy(&bytes);
         if !status.is_success() {
-            let detail: String = text.chars().take(400).collect();
+            // Redacted before it is cut: cut first, a secret at the cut would lose its
+            // tail and go out unrecognized.
+            let detail: String = scrub(&text, secrets).chars().take(400).collect();
             let hint = match status.as_u16() {
                 401 | 403 => ": check `web.search.apiKey`",
                 429 => ": too many searches for now, or the plan's limit is reached",
@@ -156,10 +180,28 @@ impl Searcher {
                 }
             )));
         }
-        let answer: Answer = serde_json::from_str(&text).map_err(|e| {
+        let mut answer: Answer = serde_json::from_str(&text).map_err(|e| {
             failed(format!("the search API's answer is not what Tavily sends: {e}"))
         })?;
+        answer.scrub(secrets);
         Ok(render(query, &answer))
+    }
+}
+
+impl Answer {
+    /// Replaces `secrets` in every text shown, before any of it is cut to an excerpt.
+    fn scrub(&mut self, secrets: &[String]) {
+        if let Some(summary) = self.answer.as_mut() {
+            *summary = scrub(summary, secrets);
+        }
+        for hit in &mut self.results {
+            for text in [&mut hit.title, &mut hit.url, &mut hit.content] {
+                *text = scrub(text, secrets);
+            }
+            if let Some(date) = hit.published_date.as_mut() {
+                *date = scrub(date, secrets);
+            }
+        }
     }
 }
 
