@@ -267,7 +267,7 @@ fn load(explicit: &[PathBuf], cwd: &Path) -> anyhow::Result<Loaded> {
         one_project_file(cwd)?;
     }
     let path = config::discover(first, from_env.as_deref(), cwd).map(|p| cwd.join(p));
-    let mut layers = config::Layers::discover(&env);
+    let mut layers = config::Layers::discover(&env)?;
     layers.added = explicit.iter().skip(1).map(|p| cwd.join(p)).collect();
     let error = match config::load_layered(path.as_deref(), cwd, &layers, &env) {
         Ok(loaded) => return Ok(loaded),

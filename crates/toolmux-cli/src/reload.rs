@@ -305,10 +305,14 @@ impl Source {
     }
 
     /// The same project file with the user's and managed files looked for again: one
-    /// created since is added, one removed is dropped.
+    /// created since is added, one removed is dropped. A layer's folder holding two of its
+    /// files (`config.yaml` and `config.json`) keeps the files read so far: which one to
+    /// read is the person's to say, and the next start refuses the folder naming both.
     fn rediscovered(&self) -> Source {
         let env = |name: &str| std::env::var(name).ok();
-        let found = toolmux::config::Layers::discover(&env);
+        let Ok(found) = toolmux::config::Layers::discover(&env) else {
+            return self.clone();
+        };
         let layers = toolmux::config::Layers {
             user: found.user.filter(|path| self.cwd.join(path).is_file()),
             managed: found.managed.filter(|path| self.cwd.join(path).is_file()),

@@ -345,6 +345,36 @@ fn check_counts_one_tool_in_words() {
     assert!(output.is_some_and(|l| l.contains(" 1 tool (")), "{run:?}");
 }
 
+/// Two of the user's files in its folder (`config.yaml` and `config.json`) are an error
+/// naming both, as for the project's, where the first was read and the other passed over
+/// without a word; once one is removed, the other is read.
+#[test]
+fn two_users_files_are_an_error() {
+    let project = Project::new().unset("TOOLMUX_USER_CONFIG");
+    let xdg = project.path().join("xdg");
+    let project = project.env("XDG_CONFIG_HOME", xdg.to_str().expect("a UTF-8 path"));
+    project
+        .file("xdg/toolmux/config.yaml", "fs: {}\n")
+        .file("xdg/toolmux/config.json", r#"{"fs": {"permissions": ["read", "write"]}}"#);
+    let run = project.run(&["tools", "list"]);
+    assert_eq!((run.code, run.stdout.as_str()), (2, ""), "{run:?}");
+    assert_eq!(
+        run.stderr.trim(),
+        format!(
+            "error: {}/toolmux/config.yaml (user configuration): `config.json` is in this folder \
+             too, and toolmux reads one user configuration file only: keep one of them (move what \
+             the others set into it and remove them), or name the one to read with \
+             TOOLMUX_USER_CONFIG",
+            xdg.display()
+        )
+    );
+    let message = project.run(&["tools", "list", "--json"]).json_error();
+    assert!(message.contains("`config.json` is in this folder too"), "{message}");
+    std::fs::remove_file(xdg.join("toolmux/config.yaml")).expect("remove config.yaml");
+    let run = project.run(&["tools", "list"]);
+    assert!(run.ok().contains("fs__write"), "{run:?}");
+}
+
 /// `tools.NAME` says what a tool is instead of its provider: the listing shows it, and a
 /// setting that names no tool is a warning with the closest name.
 #[test]

@@ -89,10 +89,11 @@ impl Layers {
     ///   [`MANAGED_DIR`]. Only debug builds (the tests') read `TOOLMUX_MANAGED_CONFIG`
     ///   instead: a released binary's managed file cannot be switched off by whoever
     ///   starts it.
-    pub fn discover(env: &dyn Fn(&str) -> Option<String>) -> Layers {
-        let first = |dir: PathBuf, names: &[&str]| {
-            names.iter().map(|name| dir.join(name)).find(|path| path.is_file())
-        };
+    ///
+    /// Two or more of a layer's names in its folder (`config.yaml` beside `config.json`)
+    /// are an error naming them: one would be read and the others passed over without a
+    /// word, and a person editing one of those would see nothing change.
+    pub fn discover(env: &dyn Fn(&str) -> Option<String>) -> Result<Layers, ToolmuxError> {
         let user = match env("TOOLMUX_USER_CONFIG") {
             Some(path) if path.is_empty() => None,
             Some(path) => Some(PathBuf::from(path)),
@@ -101,16 +102,48 @@ impl Layers {
                     .filter(|dir| Path::new(dir).is_absolute())
                     .map(PathBuf::from)
                     .or_else(|| env("HOME").map(|home| Path::new(&home).join(".config")));
-                config_home.and_then(|dir| first(dir.join("toolmux"), &USER_FILE_NAMES))
+                match config_home {
+                    Some(dir) => {
+                        only_file(&dir.join("toolmux"), &USER_FILE_NAMES, LayerKind::User)?
+                    }
+                    None => None,
+                }
             }
         };
         let managed = match cfg!(debug_assertions).then(|| env("TOOLMUX_MANAGED_CONFIG")) {
             Some(Some(path)) if path.is_empty() => None,
             Some(Some(path)) => Some(PathBuf::from(path)),
-            _ => first(PathBuf::from(MANAGED_DIR), &MANAGED_FILE_NAMES),
+            _ => only_file(Path::new(MANAGED_DIR), &MANAGED_FILE_NAMES, LayerKind::Managed)?,
         };
-        Layers { user, managed, added: Vec::new() }
+        Ok(Layers { user, managed, added: Vec::new() })
     }
+}
+
+/// The one file of `names` in `dir` (the files of the layer `kind`), `None` when there is
+/// none, and an error naming them all when there are more.
+fn only_file(dir: &Path, names: &[&str], kind: LayerKind) -> Result<Option<PathBuf>, ToolmuxError> {
+    let found: Vec<&str> = names.iter().copied().filter(|name| dir.join(name).is_file()).collect();
+    let [first, ..] = found[..] else {
+        return Ok(None);
+    };
+    if found.len() == 1 {
+        return Ok(Some(dir.join(first)));
+    }
+    let others = found[1..].iter().map(|name| format!("`{name}`")).collect::<Vec<_>>();
+    let choose = match kind {
+        LayerKind::User => ", or name the one to read with TOOLMUX_USER_CONFIG",
+        _ => "",
+    };
+    Err(ToolmuxError::config(
+        &format!("{} ({} configuration)", dir.join(first).display(), kind.name()),
+        format!(
+            "{} {} in this folder too, and toolmux reads one {} configuration file only: keep \
+             one of them (move what the others set into it and remove them){choose}",
+            others.join(" and "),
+            if others.len() == 1 { "is" } else { "are" },
+            kind.name(),
+        ),
+    ))
 }
 
 /// Reads the project's configuration file `project` (absolute; `None` when there is none)
@@ -654,6 +687,7 @@ commandTools:
             Layers::discover(&move |name| {
                 vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
             })
+            .expect("one file a folder")
             .user
         };
         let home_var = home.to_str().unwrap();
@@ -672,9 +706,50 @@ commandTools:
         let managed = |value: &str| {
             let value = value.to_owned();
             Layers::discover(&move |name| (name == "TOOLMUX_MANAGED_CONFIG").then(|| value.clone()))
+                .expect("a file named")
                 .managed
         };
         assert_eq!(managed("/etc/m.yaml"), Some(PathBuf::from("/etc/m.yaml")), "debug builds");
         assert_eq!(managed(""), None);
+    }
+
+    /// Two or more of the user's or the managed file's names in their folder are an error
+    /// naming them, where the first was read and the others passed over without a word.
+    #[test]
+    fn two_files_of_one_layer_are_an_error() {
+        let files = Files::new();
+        files.write("home/.config/toolmux/config.yaml", "{}");
+        files.write("home/.config/toolmux/config.json", "{}");
+        let home = files.path("home");
+        let home = home.to_str().unwrap().to_owned();
+        let e = Layers::discover(&move |name| (name == "HOME").then(|| home.clone())).unwrap_err();
+        let dir = files.path("home/.config/toolmux");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}/config.yaml (user configuration): `config.json` is in this folder too, and \
+                 toolmux reads one user configuration file only: keep one of them (move what the \
+                 others set into it and remove them), or name the one to read with \
+                 TOOLMUX_USER_CONFIG",
+                dir.display()
+            )
+        );
+        files.write("etc/managed.yaml", "{}");
+        files.write("etc/managed.yml", "{}");
+        files.write("etc/managed.json", "{}");
+        let e = only_file(&files.path("etc"), &MANAGED_FILE_NAMES, LayerKind::Managed).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}/managed.yaml (managed configuration): `managed.yml` and `managed.json` are in \
+                 this folder too, and toolmux reads one managed configuration file only: keep one \
+                 of them (move what the others set into it and remove them)",
+                files.path("etc").display()
+            )
+        );
+        std::fs::remove_file(files.path("etc/managed.yml")).unwrap();
+        std::fs::remove_file(files.path("etc/managed.json")).unwrap();
+        let one = only_file(&files.path("etc"), &MANAGED_FILE_NAMES, LayerKind::Managed).unwrap();
+        assert_eq!(one, Some(files.path("etc/managed.yaml")));
     }
 }
