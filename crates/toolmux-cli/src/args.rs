@@ -243,7 +243,7 @@ pub(crate) struct JsonFlag {
 pub(crate) struct CallArgs {
     /// The tool's full name (`fs__grep`) or an alias.
     pub(crate) name: String,
-    /// The arguments as a JSON object.
+    /// The arguments as a JSON object, each key once.
     #[arg(value_name = "ARGS_JSON")]
     pub(crate) arguments: Option<String>,
     /// Words after ARGS_JSON, which are refused with how to give them (`key=value key=value`

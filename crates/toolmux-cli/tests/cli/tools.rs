@@ -366,6 +366,21 @@ fn an_arg_given_twice_is_refused() {
     expect!["1\thello"].assert_eq(run.ok().trim());
 }
 
+/// A key given twice in ARGS_JSON is refused (exit 2, before the call), where serde kept the
+/// last value without a word; one nested in a value is refused too.
+#[test]
+fn a_key_given_twice_in_args_json_is_refused() {
+    let project = project();
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"nope","path":"README.md"}"#]);
+    assert_eq!((run.code, run.stdout.as_str()), (2, ""), "{run:?}");
+    expect![[r#"
+        error: ARGS_JSON gives the key `path` twice in one object (line 1, column 21): give each key once, as the tool would get only the last value, and a list as one JSON array (`{"path": [1, 2]}`)"#]]
+    .assert_eq(run.stderr.trim());
+    let nested = r#"{"path":"README.md","x":[{"a":1,"b":2,"a":3}]}"#;
+    let message = project.run(&["tools", "call", "fs__read", nested, "--json"]).json_error();
+    assert!(message.contains("gives the key `a` twice in one object"), "{message}");
+}
+
 /// A call interrupted under `--json` ends with one JSON object on stdout saying so, with the
 /// exit code of the signal (SIGTERM's 143 here), where stdout was empty.
 #[test]
