@@ -72,6 +72,18 @@ pub enum StoreError {
         /// What the store keeps there (`a regular file`, `a folder`).
         expected: &'static str,
     },
+    /// The store's own folder (`defaults.outputDir`) is no folder: a file, a FIFO, a link
+    /// to one. Nothing can be stored beneath it.
+    #[error(
+        "output store at {path}: it is {kind}, not a folder, so no output can be stored there: \
+         move it away, or set `defaults.outputDir` to a folder"
+    )]
+    NotAFolder {
+        /// The store's folder.
+        path: PathBuf,
+        /// What it is, in words (`a regular file`).
+        kind: &'static str,
+    },
     /// Reading or writing failed.
     #[error("output store at {path}")]
     Io {
@@ -401,6 +413,7 @@ fn sweep_older(root: &Path, retention: Duration) -> Result<usize, StoreError> {
     ) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => return Ok(0),
+        Err(Errno::NOTDIR) => return Err(root_not_a_folder(root)),
         Err(e) => return Err(io_at(root, e)),
     };
     let mut removed = 0;
@@ -541,6 +554,18 @@ fn written_before(stat: &rustix::fs::Stat, cutoff: Duration) -> bool {
     (seconds, nanos) < (cutoff_seconds, u64::from(cutoff.subsec_nanos()))
 }
 
+/// The store's error for its folder `root`, which is no folder (the open or the making of
+/// it failed with `ENOTDIR`): what is there, a link followed, as the folder may be one.
+fn root_not_a_folder(root: &Path) -> StoreError {
+    let kind = match std::fs::metadata(root) {
+        Ok(meta) if meta.is_file() => "a file",
+        Ok(meta) => toolmux_core::regular::kind_in_words(meta.file_type()).unwrap_or("no folder"),
+        // A file in the path above it.
+        Err(_) => "beneath a file",
+    };
+    StoreError::NotAFolder { path: root.to_owned(), kind }
+}
+
 /// The store's error for `error`, met at `path`.
 fn io_at(path: &Path, error: rustix::io::Errno) -> StoreError {
     StoreError::Io { path: path.to_owned(), source: error.into() }
@@ -549,6 +574,8 @@ fn io_at(path: &Path, error: rustix::io::Errno) -> StoreError {
 /// Why an output could not be read or written beneath the store's root, and where.
 #[derive(Debug)]
 enum Beneath {
+    /// The root is no folder (`ENOTDIR` when it was made or opened).
+    RootNotFolder,
     /// The root, or the run's folder, could not be opened or made.
     Run(std::io::Error),
     /// The run's folder is a symbolic link or no folder: what it is.
@@ -563,6 +590,7 @@ impl Beneath {
     /// The store's error, naming `dir`, the run's folder, or `file`, the output's file.
     fn into_store_error(self, dir: &Path, file: &Path) -> StoreError {
         match self {
+            Beneath::RootNotFolder => root_not_a_folder(dir.parent().unwrap_or(dir)),
             Beneath::Run(source) => StoreError::Io { path: dir.to_owned(), source },
             Beneath::File(source) => StoreError::Io { path: file.to_owned(), source },
             Beneath::RunNotFolder(kind) => {
@@ -575,13 +603,21 @@ impl Beneath {
     }
 }
 
+/// Why the store's folder could not be opened: no folder (`ENOTDIR`), or `error`.
+fn root_error(error: rustix::io::Errno) -> Beneath {
+    match error {
+        rustix::io::Errno::NOTDIR => Beneath::RootNotFolder,
+        e => Beneath::Run(e.into()),
+    }
+}
+
 /// The folder of run `run` under `root`, opened without following a link: the root is the
 /// configured folder (a link there is the user's choice), what is beneath it is the store's.
 fn run_folder(root: &Path, run: &str) -> Result<std::os::fd::OwnedFd, Beneath> {
     use rustix::fs::{Mode, OFlags};
     let root =
         rustix::fs::open(root, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| Beneath::Run(e.into()))?;
+            .map_err(root_error)?;
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     rustix::fs::openat(&root, run, flags, Mode::empty()).map_err(|e| {
         // ELOOP for a link, ENOTDIR for a file: said as what it is.
@@ -627,14 +663,21 @@ fn write_beneath(root: &Path, run: &str, id: &str, content: &[u8]) -> Result<(),
     use rustix::fs::{Mode, OFlags};
     use std::io::Write as _;
     use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root).map_err(Beneath::Run)?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root).map_err(|e| {
+        match e.kind() {
+            std::io::ErrorKind::NotADirectory | std::io::ErrorKind::AlreadyExists => {
+                Beneath::RootNotFolder
+            }
+            _ => Beneath::Run(e),
+        }
+    })?;
     {
         let root = rustix::fs::open(
             root,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| Beneath::Run(e.into()))?;
+        .map_err(root_error)?;
         match rustix::fs::mkdirat(&root, run, Mode::from_raw_mode(0o700)) {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(Beneath::Run(e.into())),
@@ -821,6 +864,30 @@ mod tests {
         assert!(
             message.contains("it is a FIFO (named pipe), where the store keeps a regular file")
         );
+    }
+
+    /// A file where the store's folder (`defaults.outputDir`) should be is named as such,
+    /// with how to fix it, when storing, reading and sweeping, where the error named the
+    /// path alone and the warning gave no reason.
+    #[tokio::test]
+    async fn a_file_in_place_of_the_stores_folder_is_said_to_be_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("outputs");
+        std::fs::write(&root, "notes").unwrap();
+        let store = DirectoryStore::new(&root);
+        let stored = store.store("r", "t", "a").await.map_err(|e| e.to_string());
+        let message = stored.expect_err("refused").replace(&root.display().to_string(), "DIR");
+        expect![[r#"
+            output store at DIR: it is a file, not a folder, so no output can be stored there: move it away, or set `defaults.outputDir` to a folder"#]]
+        .assert_eq(&message);
+        assert!(matches!(store.sweep(), Err(StoreError::NotAFolder { kind: "a file", .. })));
+        let read = store.read("run-r/out-1", 0, 1).await;
+        assert!(matches!(read, Err(StoreError::NotAFolder { kind: "a file", .. })), "{read:?}");
+        // Beneath a file, the path is no folder either.
+        let store = DirectoryStore::new(root.join("below"));
+        let stored = store.store("r", "t", "a").await;
+        assert!(matches!(stored, Err(StoreError::NotAFolder { kind: "beneath a file", .. })));
+        assert_eq!(std::fs::read_to_string(&root).unwrap(), "notes", "the file is left alone");
     }
 
     /// What reading `handle` of `store` says, its folder written `DIR`.

@@ -435,8 +435,7 @@ impl Toolmux {
         let directory = DirectoryStore::new(output_dir.clone()).with_retention(retention);
         // Outputs of earlier runs past `outputRetention` go now; storing sweeps hourly.
         if let Err(e) = directory.sweep() {
-            let cause = std::error::Error::source(&e).map(ToString::to_string);
-            tracing::warn!("removing old outputs: {e}: {}", cause.unwrap_or_default());
+            tracing::warn!("removing old outputs: {}", toolmux_core::error_report(&e));
         }
         let store: Arc<dyn OutputStore> = Arc::new(directory);
         // With Redis, outputs are read back through any replica.

@@ -3130,6 +3130,8 @@ impl Orchestrator {
                 keep(capped)
             }
             Err(e) => {
+                // With its causes: why a file could not be written is one.
+                let e = toolmux_core::error_report(&e);
                 tracing::warn!(tool = %entry.name, "output store failed, truncating instead: {e}");
                 keep(truncate_output(output, max))
             }
