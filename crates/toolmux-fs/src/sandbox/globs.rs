@@ -81,35 +81,13 @@ impl UserGlobs {
         if self.is_empty() {
             return Ok(matched);
         }
-        let root = self.root.clone();
-        let this = self.clone();
-        let walker = ignore::WalkBuilder::new(&self.root)
-            .standard_filters(false)
-            .follow_links(false)
-            .filter_entry(move |entry| {
-                let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-                if !is_dir || entry.depth() == 0 {
-                    return true;
-                }
-                if entry.file_name() == ".git" {
-                    return false;
-                }
-                let relative = entry.path().strip_prefix(&root).unwrap_or(entry.path());
-                // A hidden folder was taken whole by its parent's look; a protected one is
-                // entered, for what a `hide` line names inside.
-                !this.hidden(relative)
-                    && !matches!(
-                        this.skip.matched_path_or_any_parents(relative, true),
-                        Match::Ignore(_)
-                    )
-            })
-            .build();
+        // Each folder is listed once, its entries matched as they come: the folders to
+        // enter are told from the same entries (an `ignore` walker listed each folder for
+        // its own sake, and the lines' matching listed it again, twice the cost).
+        let mut folders = vec![self.root.clone()];
         let mut looked = 0usize;
-        for entry in walker.filter_map(Result::ok) {
-            if !entry.file_type().is_some_and(|t| t.is_dir()) {
-                continue;
-            }
-            let Ok(children) = std::fs::read_dir(entry.path()) else { continue };
+        while let Some(dir) = folders.pop() {
+            let Ok(children) = std::fs::read_dir(&dir) else { continue };
             for child in children.filter_map(Result::ok) {
                 looked += 1;
                 if looked > MAX_ENTRIES {
@@ -126,6 +104,18 @@ impl UserGlobs {
                 let Ok(kind) = child.file_type() else { continue };
                 let (hide, protect) =
                     (self.hidden(relative), self.protected(relative, kind.is_dir()));
+                // A hidden folder is taken whole by its view; a protected one is entered,
+                // for what a `hide` line names inside. A symlink is not followed.
+                let entered = kind.is_dir()
+                    && !hide
+                    && child.file_name() != ".git"
+                    && !matches!(
+                        self.skip.matched_path_or_any_parents(relative, true),
+                        Match::Ignore(_)
+                    );
+                if entered {
+                    folders.push(path.clone());
+                }
                 if !hide && !protect {
                     continue;
                 }

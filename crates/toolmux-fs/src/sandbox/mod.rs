@@ -687,12 +687,106 @@ struct RepositoryWalks {
     /// folder looks like a bare repository, which a later check of a running task, whose
     /// walk before did not see it, would otherwise move again as made by the task.
     aside: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
+    /// What the walks listed, so that the next walk lists only the folders changed since.
+    listings: std::sync::Mutex<Listings>,
     /// How many walks after commands were made, for tests to count them by.
     #[cfg(test)]
     walked_after: std::sync::atomic::AtomicUsize,
+    /// How many folders the walks listed (the others' listings were used again), for tests.
+    #[cfg(test)]
+    listed: std::sync::atomic::AtomicUsize,
+}
+
+/// How long after its last change a folder's listing may be used again by the next walk
+/// ([`Listings`]): a change within the same tick of the file system's clock leaves the
+/// folder's change time as it was. The kernel's clock for file times ticks every few
+/// milliseconds, and file systems that keep whole seconds (ext4's small inodes) or two
+/// (FAT) round down, so a folder changed less than two seconds before a walk is listed
+/// again by the next one.
+const LISTING_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The folders the last walk of the root listed, each with what it held, for the next
+/// walk: one whose device, inode and change time are as they were when it was listed holds
+/// the same entries, since adding, removing or renaming an entry sets its folder's change
+/// time (POSIX asks it of every file system), and no command can set a change time back (it
+/// is the kernel's clock, which only a privileged process can set). So the next walk
+/// `lstat`s each folder and lists only those changed (and new ones), where listing every
+/// folder of a tree of 5,400 cost each command about 35 ms before and as much after it; the
+/// `lstat`s remain (about 2 µs a folder, 11 ms for those 5,400). The change times are the
+/// file system's: one whose clock is not this machine's (a network file system whose
+/// server's clock lags by more than the settling time) could keep a listing of a folder
+/// changed within the same tick as the change before it.
+///
+/// Not kept, so listed at each walk: a folder changed less than [`LISTING_SETTLE`] before
+/// the walk started, one that could not be listed, and one holding entries named `HEAD`,
+/// `objects` and `refs` (whether it is a bare repository depends on what `HEAD` says and
+/// where `objects` and `refs` lead, which change no time of the folder's).
+#[derive(Debug)]
+struct Listings {
+    /// By folder, as the walk that made them found them: shared, so that walks at once
+    /// (a command's end, another's start) each use them without waiting for the other.
+    folders: std::sync::Arc<FolderListings>,
+    /// [`LISTING_SETTLE`], shorter in tests.
+    settle: std::time::Duration,
+}
+
+impl Default for Listings {
+    fn default() -> Listings {
+        Listings { folders: Default::default(), settle: LISTING_SETTLE }
+    }
+}
+
+/// The listings of a walk, by folder: keyed by the path's bytes, which hash in one piece
+/// (a `Path` hashes component by component).
+type FolderListings = std::collections::HashMap<std::ffi::OsString, std::sync::Arc<Listing>>;
+
+/// What a walk for repositories found in one folder when it listed it ([`Listings`]).
+#[derive(Debug)]
+struct Listing {
+    /// The folder's device, inode and change time (seconds, nanoseconds) before it was
+    /// listed.
+    identity: FolderIdentity,
+    /// Whether it holds a `.git` entry (always false for the root, whose own is not
+    /// counted).
+    git: bool,
+    /// Its subfolders (not symlinks to one), in the order they were listed.
+    subfolders: Vec<PathBuf>,
+}
+
+/// A folder's device, inode and change time (seconds, nanoseconds).
+type FolderIdentity = (u64, u64, i64, i64);
+
+/// `meta`'s [`FolderIdentity`], when it is a folder's.
+fn folder_identity(meta: &std::fs::Metadata) -> Option<FolderIdentity> {
+    use std::os::unix::fs::MetadataExt as _;
+    meta.is_dir().then(|| (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec()))
 }
 
 impl RepositoryWalks {
+    /// A walk of `root` for the `.git` entries beneath it within [`REPOSITORY_WALK`], which
+    /// lists only the folders changed since the last walk ([`Listings`]) and leaves its own
+    /// listings for the next.
+    fn walk(&self, root: &Path, probe: &GitProbe) -> GitEntries {
+        let (earlier, settle) = {
+            let listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
+            (listings.folders.clone(), listings.settle)
+        };
+        let mut listed = FolderListings::with_capacity(earlier.len());
+        let walked = git_entries(root, REPOSITORY_WALK, probe, (&earlier, settle), &mut listed);
+        // A cut walk did not reach every folder: those it did not reach keep their listings
+        // (each is checked before it is used, so an old one costs only its memory).
+        if !walked.complete {
+            for (dir, listing) in earlier.iter() {
+                listed.entry(dir.clone()).or_insert_with(|| listing.clone());
+            }
+        }
+        let mut listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
+        listings.folders = std::sync::Arc::new(listed);
+        #[cfg(test)]
+        self.listed.fetch_add(walked.listed, std::sync::atomic::Ordering::Relaxed);
+        walked
+    }
+
     /// Records what a walk saw and left: all of it when the walk was `complete` (one gone
     /// is forgotten), else added to what was known.
     fn learn(&self, seen: impl IntoIterator<Item = PathBuf>, complete: bool) {
@@ -714,7 +808,7 @@ impl Repositories {
         let (found, complete) = if walks.cut.load(std::sync::atomic::Ordering::Relaxed) {
             (Vec::new(), false)
         } else {
-            let walked = git_entries(root, REPOSITORY_WALK);
+            let walked = walks.walk(root, &GitProbe::default());
             (walked.found, walked.complete && walked.unchecked.is_empty())
         };
         walks.learn(found.iter().cloned(), complete);
@@ -773,7 +867,7 @@ impl RepositoryWalks {
     fn walk_after(&self, root: &Path, probe: &GitProbe) -> GitEntries {
         #[cfg(test)]
         self.walked_after.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        git_entries_with(root, REPOSITORY_WALK, probe)
+        self.walk(root, probe)
     }
 
     /// Records what the walk `now` saw and leaves in place (all but `made`) as the user's;
@@ -1238,8 +1332,11 @@ fn move_aside(path: &Path, root: &Path) -> Option<(String, Option<PathBuf>)> {
 /// The `.git` entries (folders, files or symlinks) beneath `root`, its own aside, and
 /// whether the walk saw the whole tree within `limit`. Symlinks and `.git` folders are not
 /// looked into; ignored folders are (a clone is often ignored by the repository around it).
-/// The walk reads every folder: no cheaper test finds a new entry soundly, since it changes
-/// only its own folder's times, not those above.
+/// The walk looks at every folder, since a new entry changes only its own folder's times,
+/// not those above; but a folder that `earlier` (the last walk's listings, with how long a
+/// folder must have been left unchanged for its listing to be kept) listed and that has not
+/// changed since is only `lstat`ed, its listing used again ([`Listings`]). The listings of
+/// this walk go to `listed`.
 ///
 /// A bare repository a command makes (`git init --bare sub`: `HEAD`, `objects/` and `refs/`
 /// in a folder, as git tells one: [`is_bare_repository`]) counts as the folder itself: git
@@ -1248,8 +1345,111 @@ fn move_aside(path: &Path, root: &Path) -> Option<(String, Option<PathBuf>)> {
 /// still lets the user `cd` there) is checked by looking its `.git`, `HEAD`, `objects` and
 /// `refs` up by name, which needs only search permission; where even that fails it is
 /// reported as unchecked, and the walk as incomplete.
-fn git_entries(root: &Path, limit: std::time::Duration) -> GitEntries {
-    git_entries_with(root, limit, &GitProbe::default())
+fn git_entries(
+    root: &Path,
+    limit: std::time::Duration,
+    probe: &GitProbe,
+    earlier: (&FolderListings, std::time::Duration),
+    listed: &mut FolderListings,
+) -> GitEntries {
+    let (earlier, settle) = earlier;
+    // Taken before any folder is looked at: a folder whose change time is older than this
+    // by `settle` gets a later one from any change after it is listed.
+    let started = std::time::SystemTime::now();
+    let settled = |identity: &FolderIdentity| {
+        let (_, _, seconds, nanoseconds) = *identity;
+        let changed = u64::try_from(seconds)
+            .ok()
+            .map(|s| std::time::UNIX_EPOCH + std::time::Duration::new(s, nanoseconds as u32));
+        changed.is_some_and(|changed| changed + settle < started)
+    };
+    let deadline = std::time::Instant::now() + limit;
+    let mut walked = GitEntries::default();
+    let mut folders = vec![root.to_path_buf()];
+    let mut looked = 0usize;
+    while let Some(dir) = folders.pop() {
+        looked += 1;
+        if looked.is_multiple_of(1024) && std::time::Instant::now() > deadline {
+            return walked;
+        }
+        // Looked at before it is listed: a change while it is listed makes it differ.
+        let identity = (probe.lstat)(&dir).ok().and_then(|meta| folder_identity(&meta));
+        if let Some(listing) =
+            earlier.get(dir.as_os_str()).filter(|listing| identity == Some(listing.identity))
+        {
+            if listing.git {
+                walked.found.push(dir.join(".git"));
+            }
+            folders.extend(listing.subfolders.iter().cloned());
+            listed.insert(dir.into_os_string(), listing.clone());
+            continue;
+        }
+        let entries = match (probe.list)(&dir) {
+            Ok(entries) => entries,
+            Err(_) if dir == root => continue,
+            Err(_) => {
+                // Looked up by name: git opens them so, as the user can in a folder with
+                // search permission alone.
+                let git = dir.join(".git");
+                match (probe.lstat)(&git) {
+                    Ok(_) => walked.found.push(git),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        let named = ["HEAD", "objects", "refs"]
+                            .map(|name| (probe.lstat)(&dir.join(name)).map(|_| name.into()));
+                        if named.iter().any(|n| {
+                            n.as_ref().is_err_and(|e| e.kind() != std::io::ErrorKind::NotFound)
+                        }) {
+                            walked.unchecked.push(dir);
+                        } else if is_bare_repository(&dir, named.into_iter().filter_map(Result::ok))
+                        {
+                            walked.found.push(dir);
+                        }
+                    }
+                    Err(_) => walked.unchecked.push(dir),
+                }
+                continue;
+            }
+        };
+        #[cfg(test)]
+        {
+            walked.listed += 1;
+        }
+        let mut names = Vec::new();
+        let mut subfolders = Vec::new();
+        let mut git = false;
+        for entry in entries.filter_map(Result::ok) {
+            looked += 1;
+            if looked.is_multiple_of(1024) && std::time::Instant::now() > deadline {
+                return walked;
+            }
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            let name = entry.file_name();
+            if name == ".git" {
+                if dir != root {
+                    walked.found.push(entry.path());
+                    git = true;
+                }
+            } else if is_dir {
+                subfolders.push(entry.path());
+            }
+            // Only these tell a bare repository.
+            if name == "HEAD" || name == "objects" || name == "refs" {
+                names.push(name);
+            }
+        }
+        // A bare repository is moved aside whole: its objects are not walked.
+        if dir != root && is_bare_repository(&dir, names.iter().cloned()) {
+            walked.found.push(dir);
+            continue;
+        }
+        if let Some(identity) = identity.filter(|identity| names.len() < 3 && settled(identity)) {
+            let listing = Listing { identity, git, subfolders: subfolders.clone() };
+            listed.insert(dir.into_os_string(), std::sync::Arc::new(listing));
+        }
+        folders.extend(subfolders);
+    }
+    walked.complete = true;
+    walked
 }
 
 /// What [`git_entries`] found.
@@ -1261,6 +1461,9 @@ struct GitEntries {
     complete: bool,
     /// The folders it could neither list nor look into by name.
     unchecked: Vec<PathBuf>,
+    /// How many folders it listed (the others' listings were used again), for tests.
+    #[cfg(test)]
+    listed: usize,
 }
 
 /// How [`git_entries`] reads the tree: the file system, or in tests a tree where some
@@ -1352,66 +1555,6 @@ fn root_pieces(root: &Path) -> (Vec<&'static str>, bool) {
         .collect();
     let repository = is_bare_repository(root, there.iter().map(std::ffi::OsString::from));
     (there, repository)
-}
-
-fn git_entries_with(root: &Path, limit: std::time::Duration, probe: &GitProbe) -> GitEntries {
-    let deadline = std::time::Instant::now() + limit;
-    let mut walked = GitEntries::default();
-    let mut folders = vec![root.to_path_buf()];
-    let mut looked = 0usize;
-    while let Some(dir) = folders.pop() {
-        let entries = match (probe.list)(&dir) {
-            Ok(entries) => entries,
-            Err(_) if dir == root => continue,
-            Err(_) => {
-                // Looked up by name: git opens them so, as the user can in a folder with
-                // search permission alone.
-                let git = dir.join(".git");
-                match (probe.lstat)(&git) {
-                    Ok(_) => walked.found.push(git),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        let named = ["HEAD", "objects", "refs"]
-                            .map(|name| (probe.lstat)(&dir.join(name)).map(|_| name.into()));
-                        if named.iter().any(|n| {
-                            n.as_ref().is_err_and(|e| e.kind() != std::io::ErrorKind::NotFound)
-                        }) {
-                            walked.unchecked.push(dir);
-                        } else if is_bare_repository(&dir, named.into_iter().filter_map(Result::ok))
-                        {
-                            walked.found.push(dir);
-                        }
-                    }
-                    Err(_) => walked.unchecked.push(dir),
-                }
-                continue;
-            }
-        };
-        let mut names = Vec::new();
-        let mut subfolders = Vec::new();
-        for entry in entries.filter_map(Result::ok) {
-            looked += 1;
-            if looked.is_multiple_of(1024) && std::time::Instant::now() > deadline {
-                return walked;
-            }
-            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-            names.push(entry.file_name());
-            if entry.file_name() == ".git" {
-                if dir != root {
-                    walked.found.push(entry.path());
-                }
-            } else if is_dir {
-                subfolders.push(entry.path());
-            }
-        }
-        // A bare repository is moved aside whole: its objects are not walked.
-        if dir != root && is_bare_repository(&dir, names) {
-            walked.found.push(dir);
-        } else {
-            folders.extend(subfolders);
-        }
-    }
-    walked.complete = true;
-    walked
 }
 
 /// The output directories other toolmux runs keep in the temporary directories by default
@@ -2024,6 +2167,130 @@ mod tests {
         let repositories = Repositories::before(root, walks);
         std::fs::write(root.join("HEAD"), "ref: refs/heads/main\n").unwrap();
         assert_eq!(repositories.root_made_bare(root), [root.join("HEAD")]);
+    }
+
+    /// Walks of `root` that keep their listings of folders changed before the walk (no
+    /// settling time), and how many folders they have listed so far.
+    fn listing_walks() -> (std::sync::Arc<RepositoryWalks>, impl Fn() -> usize) {
+        let walks = std::sync::Arc::new(RepositoryWalks::default());
+        walks.listings.lock().unwrap().settle = std::time::Duration::ZERO;
+        let counted = walks.clone();
+        (walks, move || counted.listed.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Waits (ten seconds at most) until the file system's clock is past the change time of
+    /// every folder beneath `root`, so that any change from now on gives its folder another.
+    fn until_the_clock_moved_past(root: &Path) {
+        use std::os::unix::fs::MetadataExt as _;
+        let changed = |meta: std::fs::Metadata| (meta.ctime(), meta.ctime_nsec());
+        let mut latest = changed(std::fs::symlink_metadata(root).unwrap());
+        let mut folders = vec![root.to_owned()];
+        while let Some(dir) = folders.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let entry = entry.unwrap();
+                if entry.file_type().unwrap().is_dir() {
+                    latest = latest.max(changed(entry.metadata().unwrap()));
+                    folders.push(entry.path());
+                }
+            }
+        }
+        // A file beside the root (same file system), whose change time is the clock's now.
+        let clock = tempfile::NamedTempFile::new_in(root.parent().unwrap()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut mode = 0o600;
+        loop {
+            mode ^= 0o040;
+            let permissions = std::os::unix::fs::PermissionsExt::from_mode(mode);
+            std::fs::set_permissions(clock.path(), permissions).unwrap();
+            if changed(std::fs::symlink_metadata(clock.path()).unwrap()) > latest {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "the file system's clock stood still");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// A `.git` a command makes deep in a tree whose other folders did not change is found
+    /// by listing that folder alone: the walks after the first use the listings of the
+    /// folders unchanged since, and the user's repository stays.
+    #[test]
+    fn a_git_made_deep_in_an_unchanged_tree_is_found_by_listing_its_folder_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        for folder in ["a/b/c/d", "a/x", "e/f", "user/.git/objects"] {
+            std::fs::create_dir_all(root.join(folder)).unwrap();
+        }
+        until_the_clock_moved_past(&root);
+        let (walks, listed) = listing_walks();
+        // The first walk lists every folder but the user's `.git`: the root, a, a/b,
+        // a/b/c, a/b/c/d, a/x, e, e/f and user.
+        let first = Repositories::before(&root, walks.clone());
+        assert_eq!((listed(), first.before.len()), (9, 1));
+        assert_eq!(first.made(&root), (vec![], true, vec![]));
+        let second = Repositories::before(&root, walks);
+        assert_eq!(listed(), 9, "walks of an unchanged tree list nothing");
+        std::fs::create_dir(root.join("a/b/c/d/.git")).unwrap();
+        assert_eq!(second.made(&root), (vec![root.join("a/b/c/d/.git")], true, vec![]));
+        assert_eq!(listed(), 10, "only a/b/c/d is listed again");
+        assert!(root.join("user/.git").exists());
+    }
+
+    /// Folders a command makes are listed however unchanged those around them are, and so
+    /// are folders it moves in: a repository inside either is found.
+    #[test]
+    fn a_folder_made_or_moved_in_during_a_command_is_listed_with_its_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        for folder in ["a/b", "e/f", "g", "outside/prepared/.git"] {
+            std::fs::create_dir_all(root.join(folder)).unwrap();
+        }
+        // Made beside the root, to be moved in.
+        std::fs::rename(root.join("outside"), dir.path().join("outside")).unwrap();
+        until_the_clock_moved_past(&root);
+        let (walks, listed) = listing_walks();
+        let repositories = Repositories::before(&root, walks);
+        assert_eq!(listed(), 6);
+        std::fs::create_dir_all(root.join("e/f/new/deeper/.git")).unwrap();
+        std::fs::rename(dir.path().join("outside/prepared"), root.join("a/b/moved")).unwrap();
+        // A folder swapped for a symlink is not followed.
+        std::fs::create_dir_all(dir.path().join("elsewhere/.git")).unwrap();
+        std::fs::remove_dir(root.join("g")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), root.join("g")).unwrap();
+        let (mut made, complete, unchecked) = repositories.made(&root);
+        made.sort();
+        assert!(complete && unchecked.is_empty());
+        assert_eq!(made, [root.join("a/b/moved/.git"), root.join("e/f/new/deeper/.git")]);
+        // The root, a/b and e/f changed; a/b/moved, e/f/new and e/f/new/deeper are new.
+        assert_eq!(listed(), 6 + 6);
+    }
+
+    /// A folder changed less than the settling time before a walk, in the same tick of the
+    /// file system's clock as a change after it could be, is listed again by the next walk;
+    /// so is one whose `HEAD`, `objects` and `refs` could make it a bare repository without
+    /// any change to the folder (`HEAD` rewritten in place).
+    #[test]
+    fn folders_changed_lately_or_that_may_turn_bare_are_listed_at_every_walk() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("lately")).unwrap();
+        let walks = std::sync::Arc::new(RepositoryWalks::default());
+        let repositories = Repositories::before(&root, walks.clone());
+        let listed = || walks.listed.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(listed(), 2);
+        assert_eq!(repositories.made(&root), (vec![], true, vec![]));
+        assert_eq!(listed(), 4, "made within the settling time: listed again");
+        let (walks, listed) = listing_walks();
+        let mirror = root.join("lately/mirror");
+        for folder in ["objects", "refs/heads"] {
+            std::fs::create_dir_all(mirror.join(folder)).unwrap();
+        }
+        std::fs::write(mirror.join("HEAD"), "the user's notes\n").unwrap();
+        until_the_clock_moved_past(&root);
+        let repositories = Repositories::before(&root, walks);
+        assert_eq!(listed(), 6, "root, lately, mirror, objects, refs and refs/heads");
+        std::fs::write(mirror.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert_eq!(repositories.made(&root), (vec![mirror], true, vec![]));
+        assert_eq!(listed(), 7, "the mirror alone, which is not walked into once bare");
     }
 
     #[test]
