@@ -356,8 +356,23 @@ fn load_text(
             ),
         ));
     }
-    let invalid =
-        |e: Located| error(e.position, format!("invalid {}: {}", format.name(), e.message));
+    let invalid = |e: Located| {
+        // The parser's words for a tab in the indentation ("found character that cannot
+        // start any token") do not say that a tab is the trouble, nor what to write.
+        let tab = e
+            .position
+            .filter(|_| format == FileFormat::Yaml)
+            .and_then(|(line, _)| tab_in_indentation(text, line).map(|column| (line, column)));
+        match tab {
+            Some(position) => error(
+                Some(position),
+                "invalid YAML: a tab indents this line, and YAML allows only spaces for \
+                 indentation: indent with spaces"
+                    .to_owned(),
+            ),
+            None => error(e.position, format!("invalid {}: {}", format.name(), e.message)),
+        }
+    };
     // Syntax first, so that a syntax error is reported as one. A JSON file of nothing but
     // comments is empty, as a YAML one is.
     let value: serde_json::Value = match format {
@@ -766,6 +781,15 @@ fn first_content(text: &str) -> Option<(usize, usize)> {
         let skipped = content.is_empty() || content.starts_with('#') || content == "---";
         (!skipped).then(|| (i + 1, line.len() - line.trim_start().len() + 1))
     })
+}
+
+/// The 1-based column of the first tab in the indentation of line `line` (1-based) of
+/// `text`, the spaces and tabs before its first other character; `None` when there is none.
+fn tab_in_indentation(text: &str, line: usize) -> Option<usize> {
+    let text_line = text.lines().nth(line.checked_sub(1)?)?;
+    let indentation =
+        &text_line[..text_line.len() - text_line.trim_start_matches([' ', '\t']).len()];
+    indentation.find('\t').map(|at| at + 1)
 }
 
 /// A problem found in the text, with its 1-based line and column when known.

@@ -52,6 +52,31 @@ fn bad_yaml_syntax() {
     );
 }
 
+/// A tab in the indentation is said to be one, at its line and column, with what to
+/// write instead, where the parser's words (found character that cannot start any token)
+/// named no tab.
+#[test]
+fn a_tab_in_the_indentation_is_named() {
+    let said = "invalid YAML: a tab indents this line, and YAML allows only spaces for \
+                indentation: indent with spaces";
+    let cases = [
+        ("fs:\n\tpermissions: [read]\n", "2:1"),
+        ("fs:\n  permissions:\n  \t- read\n", "3:3"),
+        ("mcpServers:\n  a:\n    command: x\n\targs: []\n", "4:1"),
+    ];
+    for (text, at) in cases {
+        let e = load_as(FileFormat::Yaml, text).expect_err(text);
+        assert_eq!(e.to_string(), format!("toolmux.yaml:{at}: {said}"), "{text:?}");
+    }
+    // A tab after the indentation is no error of this kind.
+    yaml_error(
+        "fs: {}\nqueues: [\t\n",
+        expect![
+            "toolmux.yaml:3:1: invalid YAML: did not find expected node content, while parsing a flow node"
+        ],
+    );
+}
+
 #[test]
 fn bad_json_syntax() {
     json_error(
