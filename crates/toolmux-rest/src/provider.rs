@@ -120,6 +120,28 @@ impl RestProvider {
     ) -> Result<RestProvider, RestError> {
         check_namespace(namespace)?;
         let default_client = http::client(DEFAULT_MAX_REDIRECTS)?;
+        let mut locals = RestProvider::inline_names(namespace, tools);
+        let mut built = Vec::with_capacity(tools.len());
+        for (name, config) in tools {
+            let client = match config.max_redirects {
+                Some(n) if n != DEFAULT_MAX_REDIRECTS => http::client(n)?,
+                _ => default_client.clone(),
+            };
+            let local = locals.remove(name).unwrap_or_else(|| names::sanitize(name));
+            built.push(inline_tool(name, local, config, client)?);
+        }
+        Ok(RestProvider::assemble(namespace, built, Vec::new(), None))
+    }
+
+    /// The name each of `tools` has as an inline tool under `namespace`, by the name the
+    /// configuration gives it, without the namespace: sanitized, fitted to the name budget,
+    /// and told apart when two come out alike (`a.b` and `a_b` each get a hash of their
+    /// own name). Settings kept per tool (a queue, a cache) are keyed by it, never by
+    /// the sanitized name alone, which two tools may share and neither may have.
+    pub fn inline_names(
+        namespace: &str,
+        tools: &BTreeMap<String, RestToolConfig>,
+    ) -> BTreeMap<String, String> {
         let mut locals: Vec<(String, String)> = tools
             .keys()
             .map(|name| {
@@ -127,17 +149,8 @@ impl RestProvider {
                 (local, name.clone())
             })
             .collect();
-        // `a.b` and `a_b` sanitize alike: both get a hash of their own name.
         names::dedupe(namespace, &mut locals, naming::DEFAULT_BUDGET);
-        let mut built = Vec::with_capacity(tools.len());
-        for ((name, config), (local, _)) in tools.iter().zip(locals) {
-            let client = match config.max_redirects {
-                Some(n) if n != DEFAULT_MAX_REDIRECTS => http::client(n)?,
-                _ => default_client.clone(),
-            };
-            built.push(inline_tool(name, local, config, client)?);
-        }
-        Ok(RestProvider::assemble(namespace, built, Vec::new(), None))
+        locals.into_iter().map(|(local, name)| (name, local)).collect()
     }
 
     /// Imports the document of `config` (file or URL) under the namespace `name` (or

@@ -1920,11 +1920,14 @@ mod rest {
                 })?
                 .with_secrets(&loaded.secrets);
             let namespace = provider.namespace().to_owned();
+            // Keyed by the name the tool is called by: two entries whose names sanitize
+            // alike (`a.b`, `a_b`) have names of their own, and so have their settings.
+            let locals = RestProvider::inline_names(&namespace, &c.rest_tools);
             for (name, tool) in &c.rest_tools {
                 if tool.queue.is_none() && tool.cache.is_none() {
                     continue;
                 }
-                let local = toolmux_core::naming::sanitize(name);
+                let Some(local) = locals.get(name) else { continue };
                 // Joins what `tools.NAME` set (a timeout, a size cap), which wins.
                 let settings = config.tools.entry(format!("{namespace}__{local}")).or_default();
                 if settings.queue.is_none() {
@@ -2115,6 +2118,74 @@ restTools:
         for (name, description) in expected {
             assert_eq!(described.get(name).map(String::as_str), Some(description), "{described:?}");
         }
+        toolmux.shutdown().await.expect("stopped");
+    }
+
+    /// A loopback API answering `{}` to every request, counting them.
+    fn counting_api() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{BufRead as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let base = format!("http://{}", listener.local_addr().expect("an address"));
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut reader =
+                    std::io::BufReader::new(stream.try_clone().expect("a second handle"));
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                }
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                      Content-Length: 2\r\nConnection: close\r\n\r\n{}",
+                );
+            }
+        });
+        (base, count)
+    }
+
+    /// A `restTools` entry's `cache` reaches the tool it was written for when its name
+    /// is not the tool's name sanitized: `who.ami` beside `who_ami` (both called
+    /// `who_ami_HASH`) and a name too long for the budget. Keyed by the sanitized name,
+    /// it reached no tool and every call went to the API.
+    #[tokio::test]
+    async fn the_cache_of_a_rest_tool_is_keyed_by_its_own_tool_name() {
+        use toolmux_core::{CallContext, ToolCall};
+        let (base, count) = counting_api();
+        let long = "l".repeat(70);
+        let dir = tempfile::tempdir().expect("a folder");
+        let yaml = format!(
+            "defaults: {{outputDir: out}}\nrestTools:\n  who.ami:\n    description: cached\n    \
+             url: {base}/a\n    cache: 60000\n  who_ami:\n    description: fresh\n    \
+             url: {base}/b\n  {long}:\n    description: long\n    url: {base}/c\n    \
+             cache: 60000\n"
+        );
+        let toolmux = Toolmux::build(&load(&yaml, dir.path())).await.expect("built");
+        let orchestrator = toolmux.orchestrator();
+        let report = orchestrator.warmup().await;
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        let named: std::collections::BTreeMap<String, String> =
+            orchestrator.tools().into_iter().map(|t| (t.description, t.name)).collect();
+        let ctx = CallContext::new();
+        let calls = async |description: &str| {
+            let name = named.get(description).cloned().unwrap_or_default();
+            assert!(name.starts_with("rest__"), "{named:?}");
+            let before = count.load(std::sync::atomic::Ordering::SeqCst);
+            for _ in 0..2 {
+                let call = ToolCall::new(&name, serde_json::json!({}));
+                let result = orchestrator.execute(call, &ctx).await;
+                assert!(result.ok, "{result:?}");
+            }
+            count.load(std::sync::atomic::Ordering::SeqCst) - before
+        };
+        assert_eq!(calls("cached").await, 1, "the second call of `who.ami` was not cached");
+        assert_eq!(calls("long").await, 1, "the second call of the long name was not cached");
+        assert_eq!(calls("fresh").await, 2, "`who_ami` has no cache");
         toolmux.shutdown().await.expect("stopped");
     }
 
