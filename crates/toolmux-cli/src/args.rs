@@ -22,7 +22,8 @@ Exit codes:
   4  serving or another operation failed (address in use, I/O error)
   5  the agent run paused: calls wait for approval (`toolmux agent resume`)
   130 interrupted (Ctrl-C); 143 stopped by SIGTERM, 129 by SIGHUP (`serve` stopped by
-     a signal ends normally, 0); every server's processes are stopped first
+     a signal ends normally, 0, while still starting too); every server's processes are
+     stopped first
 
 With --json, an error (a usage error too) is also one JSON object on stdout,
 {\"ok\": false, \"error\": \"MESSAGE\", \"exitCode\": CODE}, besides its line on stderr; a tool call

@@ -78,6 +78,7 @@ fn main() -> ExitCode {
     // one JSON object.
     let json_errors =
         cli.command.json() && !matches!(cli.command, Command::Config(ConfigCommand::Check(_)));
+    let serving = matches!(cli.command, Command::Serve(_));
     let runtime = match runtime_for(&cli.command).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -101,8 +102,10 @@ fn main() -> ExitCode {
         None => code,
     };
     // Interrupted by a signal: its conventional code (143 for SIGTERM, 129 for SIGHUP). A
-    // server stopped by one (its normal end) still exits 0.
+    // server stopped by one (its normal end, as a supervisor stops it) exits 0, whether it
+    // was serving or still starting its providers, as --help says.
     let code = match signals::exit_code() {
+        Some(_) if code == exit::INTERRUPTED && serving => 0,
         Some(signalled) if code == exit::INTERRUPTED => signalled,
         _ => code,
     };

@@ -145,6 +145,26 @@ pub(crate) fn stop(gateway: HttpGateway) -> Run {
     wait(child, Duration::from_secs(30))
 }
 
+/// `serve` stopped by a signal while it still starts its servers ends normally (0), as it
+/// does once serving and as --help says, where it exited 143 for SIGTERM and 129 for
+/// SIGHUP (`stopping_signals_reap_the_servers` checks that the servers go with it).
+#[test]
+fn serve_stopped_while_starting_ends_normally() {
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        "mcpServers:\n  slow:\n    command: sh\n    args: ['-c', 'echo > started; exec sleep 300']\n",
+    );
+    let started = project.path().join("started");
+    for signal in ["TERM", "HUP"] {
+        let _ = std::fs::remove_file(&started);
+        let command = project.command(&["serve"]);
+        let run =
+            crate::start_and_signal(command, "the server started", || started.exists(), signal);
+        assert_eq!((run.code, run.stdout.as_str()), (0, ""), "SIG{signal}: {run:?}");
+    }
+}
+
 #[test]
 fn python_client_over_http() {
     let project = gateway_project();
