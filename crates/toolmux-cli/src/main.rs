@@ -96,7 +96,7 @@ fn main() -> ExitCode {
     // What was printed did not all reach stdout (a full disk): said, and never success.
     let code = match commands::stdout_failure() {
         Some(e) => {
-            eprintln!("error: cannot write the output to stdout: {e}; what it got is incomplete");
+            say_stdout_failed(&e);
             if code == 0 { exit::OTHER } else { code }
         }
         None => code,
@@ -114,14 +114,31 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Says on stderr that what was printed did not all reach stdout, because of `e`.
+fn say_stdout_failed(e: &std::io::Error) {
+    eprintln!("error: cannot write the output to stdout: {e}; what it got is incomplete");
+}
+
 /// A command line clap refuses: its message and usage on stderr, as clap prints them, and,
 /// when `--json` was asked for, also one JSON object on stdout ([`commands::refuse`]), so
 /// that a program reading stdout is told what was wrong. Help and the version are printed
-/// as asked.
+/// as asked, on stdout; when they cannot be written there (a full disk; a reader that went
+/// away aside) that is said and the exit code is 4, as for any command's output.
 fn usage_error(error: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
+    use std::io::Write as _;
+    if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        // `clap::Error::exit` would drop a failed write and exit 0.
+        return match error.print().and_then(|()| std::io::stdout().flush()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                say_stdout_failed(&e);
+                ExitCode::from(exit::OTHER)
+            }
+            _ => ExitCode::SUCCESS,
+        };
+    }
     let json = std::env::args_os().skip(1).take_while(|arg| arg != "--").any(|arg| arg == "--json");
-    if !json || matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+    if !json {
         error.exit();
     }
     let _ = error.print();

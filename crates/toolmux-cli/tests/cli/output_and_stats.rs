@@ -603,6 +603,35 @@ fn output_that_cannot_be_written_is_an_error() {
     }
 }
 
+/// Help and the version that cannot be written (stdout `/dev/full`) are an error saying
+/// so, exit 4, as any command's output is, where they ended with 0; to a reader that went
+/// away they are no failure.
+#[test]
+fn help_that_cannot_be_written_is_an_error() {
+    let project = Project::new();
+    for args in [&["--help"][..], &["--version"], &["tools", "call", "--help"], &["-h"]] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+        let mut command = project.command(args);
+        command.stdin(Stdio::null()).stdout(full).stderr(Stdio::piped());
+        let run = crate::wait(command.spawn().expect("toolmux starts"), Duration::from_secs(60));
+        assert_eq!(run.code, 4, "{args:?}: {run:?}");
+        assert_eq!(
+            run.stderr.trim(),
+            "error: cannot write the output to stdout: No space left on device (os error 28); \
+             what it got is incomplete",
+            "{args:?}"
+        );
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let mut command = project.command(args);
+        command.stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped());
+        let run = crate::wait(command.spawn().expect("toolmux starts"), Duration::from_secs(60));
+        assert_eq!((run.code, run.stderr.as_str()), (0, ""), "{args:?}: {run:?}");
+    }
+    let run = project.run(&["--version"]);
+    assert!(run.ok().starts_with("toolmux "), "{run:?}");
+}
+
 /// A reader that went away (`toolmux tools list | head -1`) is no failure: exit 0 and no
 /// word about it, and no panic of the standard library's `println!`.
 #[test]
