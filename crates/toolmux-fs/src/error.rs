@@ -328,8 +328,9 @@ fn is_escape(err: &io::Error) -> bool {
 /// cut the reason off).
 const COMMAND_SHOWN: usize = 200;
 
-/// `command` as error messages show it: whole when short, else its start and its size.
-fn excerpt(command: &str) -> String {
+/// `command` (or other text a call gives, such as a grep pattern) as error messages show
+/// it: whole when short, else its start and its size.
+pub(crate) fn excerpt(command: &str) -> String {
     if command.len() <= COMMAND_SHOWN {
         return command.to_owned();
     }

@@ -703,6 +703,38 @@ impl<R: io::Read> io::Read for Transcoded<R> {
     }
 }
 
+/// The most memory a pattern may compile to (the regex crate's own default; ripgrep's
+/// matcher allows 100 MiB). Compiling takes time in proportion: a pattern of 120 KB such as
+/// `\w{1000}` repeated compiled for seconds up to 100 MiB, while the call's timeout ran,
+/// before it was refused. Any pattern a person or a model writes fits many times over.
+const PATTERN_SIZE_LIMIT: usize = 10 << 20;
+
+/// The most memory the lazy DFA of a pattern may use for its states, per search thread
+/// (ripgrep's matcher allows 1000 MiB, which times the threads could take the machine's
+/// memory); past it the search goes on, more slowly.
+const PATTERN_DFA_SIZE_LIMIT: usize = 100 << 20;
+
+/// Why the pattern of `args` does not compile: `error` as the regex crate says it, the
+/// pattern shown whole when short; one too large is said to be, with the limit.
+fn pattern_error(args: &GrepArgs, error: &str, hint: &str) -> String {
+    let pattern = crate::error::excerpt(&args.pattern);
+    if error.contains("exceeds size limit") {
+        return format!(
+            "`pattern` `{pattern}` is too large: compiled it needs more than the {} MiB a \
+             pattern may take; search with a shorter pattern (fewer alternatives, smaller \
+             counts such as `\\w{{1000}}`), or in several searches",
+            PATTERN_SIZE_LIMIT >> 20
+        );
+    }
+    // The parser's message shows the pattern whole, with a caret under the fault: for a long
+    // one only its last line, which says what the fault is.
+    let error = match pattern.len() < args.pattern.len() {
+        true => error.lines().last().unwrap_or(error),
+        false => error,
+    };
+    format!("invalid regex `{pattern}`: {error}{hint}")
+}
+
 /// The matcher of `args`; with `cr`, for a file whose lines end in a bare CR.
 fn build_matcher(args: &GrepArgs, multiline: bool, cr: bool) -> Result<RegexMatcher, String> {
     let fixed = args.fixed_strings.unwrap_or(false);
@@ -713,6 +745,8 @@ fn build_matcher(args: &GrepArgs, multiline: bool, cr: bool) -> Result<RegexMatc
     }
     let mut builder = RegexMatcherBuilder::new();
     builder
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .dfa_size_limit(PATTERN_DFA_SIZE_LIMIT)
         .case_insensitive(args.case_insensitive.unwrap_or(false))
         .multi_line(true)
         .fixed_strings(fixed);
@@ -730,11 +764,8 @@ fn build_matcher(args: &GrepArgs, multiline: bool, cr: bool) -> Result<RegexMatc
         builder.line_terminator(Some(b'\n')).crlf(true);
     }
     builder.build(&args.pattern).map_err(|e| {
-        format!(
-            "invalid regex `{}`: {e}; to search for the text as it is, set \
-             `fixed_strings: true`",
-            args.pattern
-        )
+        let hint = "; to search for the text as it is, set `fixed_strings: true`";
+        pattern_error(args, &e.to_string(), hint)
     })
 }
 
@@ -748,12 +779,14 @@ fn build_only_matching(args: &GrepArgs, multiline: bool, cr: bool) -> Result<Reg
         false => args.pattern.clone(),
     };
     RegexBuilder::new(&pattern)
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .dfa_size_limit(PATTERN_DFA_SIZE_LIMIT)
         .case_insensitive(args.case_insensitive.unwrap_or(false))
         .multi_line(true)
         .crlf(!multiline || cr)
         .dot_matches_new_line(multiline)
         .build()
-        .map_err(|e| format!("invalid regex `{}`: {e}", args.pattern))
+        .map_err(|e| pattern_error(args, &e.to_string(), ""))
 }
 
 /// Threads of the parallel walk: every core, as ripgrep uses.

@@ -335,6 +335,25 @@ async fn invalid_patterns_are_caller_errors() {
         .assert_eq(&fx.err("grep", json!({"pattern": ""})).await);
 }
 
+/// A pattern that compiles to more than the size limit (120 KB of `\w{1000}` and the like)
+/// is refused as too large, saying the limit and showing the start of the pattern only,
+/// where it compiled for seconds up to ripgrep's 100 MiB while the call's time ran and its
+/// message repeated all of it.
+#[tokio::test]
+async fn a_pattern_too_large_is_refused_saying_so() {
+    let fx = tree();
+    let pattern = "\\w{1000}".repeat(12_000);
+    let err = fx.err("grep", json!({"pattern": pattern})).await;
+    expect!["invalid arguments for `fs__grep`: at /: `pattern` `\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}\\w{1000}… (96000 bytes in all)` is too large: compiled it needs more than the 10 MiB a pattern may take; search with a shorter pattern (fewer alternatives, smaller counts such as `\\w{1000}`), or in several searches"]
+        .assert_eq(&err);
+    // With -o too, and case-insensitive.
+    let args = json!({"pattern": "\\w{1000}".repeat(200), "-o": true, "-i": true, "output_mode": "content"});
+    assert!(fx.err("grep", args).await.contains("is too large"));
+    // A long pattern that is invalid is shown by its start too.
+    let err = fx.err("grep", json!({"pattern": format!("{}(", "a".repeat(5000))})).await;
+    assert!(err.ends_with("… (5001 bytes in all)`: error: unclosed group; to search for the text as it is, set `fixed_strings: true`"), "{err}");
+}
+
 #[tokio::test]
 async fn cancelled_before_start() {
     let fx = tree();
