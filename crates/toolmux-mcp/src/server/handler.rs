@@ -100,6 +100,10 @@ pub(crate) struct Shared {
     /// The client profile and name prefix names are served for: fixed when the options
     /// say, else by the first `initialize` ([`ServeOptions::detect_client`]), else generic.
     naming: OnceLock<Naming>,
+    /// How many sessions (and `subscriptions/listen` requests) are subscribed to each
+    /// resource: the provider is told to unsubscribe when the last one leaves, not when
+    /// any does, as its subscription is one for all of them.
+    subscribers: Mutex<HashMap<String, usize>>,
 }
 
 /// What served names are fitted to.
@@ -211,7 +215,31 @@ impl Shared {
             registry: OnceLock::new(),
             task_tools,
             naming,
+            subscribers: Mutex::default(),
         })
+    }
+
+    /// One more subscriber of the resource `uri` (counted before the provider is asked,
+    /// so that another's leaving meanwhile does not unsubscribe it).
+    fn hold_subscription(&self, uri: &str) {
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        *subscribers.entry(uri.to_owned()).or_default() += 1;
+    }
+
+    /// One subscriber of the resource `uri` fewer: whether it was the last, and the
+    /// provider is to be told to unsubscribe.
+    fn release_subscription(&self, uri: &str) -> bool {
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        match subscribers.get_mut(uri) {
+            Some(count) if *count > 1 => {
+                *count -= 1;
+                false
+            }
+            _ => {
+                subscribers.remove(uri);
+                true
+            }
+        }
     }
 
     /// What served names are fitted to (generic, unless fixed or chosen by a client).
@@ -368,15 +396,17 @@ impl Shared {
     }
 }
 
-/// What ends with a session: its cancellation token, and the runs that belong to it alone
+/// What ends with a session: its cancellation token, the runs that belong to it alone
 /// (its own, and a key holder's within it), which the provider is told have ended
 /// ([`ToolProvider::end_run`]: a per-session upstream server goes now, not when it idles
-/// out). Runs a client names, and stateless requests' runs, outlive sessions.
+/// out), and its resource subscriptions, each unsubscribed from unless another session
+/// holds it too. Runs a client names, and stateless requests' runs, outlive sessions.
 #[derive(Debug)]
 struct SessionEnd {
     _session: DropGuard,
-    provider: Arc<dyn ToolProvider>,
+    shared: Arc<Shared>,
     runs: Mutex<Vec<Arc<str>>>,
+    subscriptions: Arc<Mutex<HashSet<String>>>,
 }
 
 impl SessionEnd {
@@ -392,7 +422,24 @@ impl Drop for SessionEnd {
     fn drop(&mut self) {
         let runs = std::mem::take(self.runs.get_mut().unwrap_or_else(|e| e.into_inner()));
         for run in runs {
-            self.provider.end_run(&run);
+            self.shared.provider.end_run(&run);
+        }
+        let subscriptions =
+            std::mem::take(&mut *self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()));
+        let last: Vec<String> =
+            subscriptions.into_iter().filter(|uri| self.shared.release_subscription(uri)).collect();
+        // Outside a runtime (the server's is gone) there is no one left to tell.
+        if !last.is_empty()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let provider = self.shared.provider.clone();
+            runtime.spawn(async move {
+                for uri in last {
+                    if let Err(error) = provider.unsubscribe_resource(&uri).await {
+                        tracing::debug!(%uri, error = %error.report(), "not unsubscribed");
+                    }
+                }
+            });
         }
     }
 }
@@ -442,6 +489,13 @@ struct Streams {
     updates: Option<ResourceUpdates>,
 }
 
+/// Resources one session may be subscribed to at once, through `resources/subscribe` (and
+/// the URIs one `subscriptions/listen` request may watch): each is kept in memory and may
+/// be an upstream server's subscription, so that a client cannot make them without end.
+/// Past it a subscription is refused until the client unsubscribes from one; a closed
+/// session's go with it.
+pub(crate) const SUBSCRIPTIONS_MAX: usize = 1_000;
+
 /// Prepared streams kept at most per session: a listen request whose acknowledgment
 /// failed never takes its own.
 const PREPARED_MAX: usize = 16;
@@ -489,10 +543,12 @@ impl Gateway {
         let n = shared.sessions.fetch_add(1, Ordering::Relaxed) + 1;
         let run_id: Arc<str> = Arc::from(format!("mcp-{}-{n}", shared.server_id));
         let session = CancellationToken::new();
+        let subscriptions: Arc<Mutex<HashSet<String>>> = Arc::default();
         let ended = Arc::new(SessionEnd {
             _session: session.clone().drop_guard(),
-            provider: shared.provider.clone(),
+            shared: shared.clone(),
             runs: Mutex::new(vec![run_id.clone()]),
+            subscriptions: subscriptions.clone(),
         });
         Gateway {
             shared,
@@ -502,7 +558,7 @@ impl Gateway {
             closed: CancellationToken::new(),
             initialized: Arc::default(),
             log_level: Arc::new(Mutex::new(None)),
-            subscriptions: Arc::new(Mutex::new(HashSet::new())),
+            subscriptions,
             prepared: Arc::default(),
             client_capabilities: Arc::default(),
             handshake_streams: Arc::default(),
@@ -1291,13 +1347,28 @@ impl ServerHandler for Gateway {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let fresh = self
-            .subscriptions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(request.uri.clone());
+        let fresh = {
+            let mut subscriptions = self.subscriptions.lock().unwrap_or_else(|e| e.into_inner());
+            if subscriptions.len() >= SUBSCRIPTIONS_MAX && !subscriptions.contains(&request.uri) {
+                return Err(ErrorData::invalid_request(
+                    format!(
+                        "this session is subscribed to {SUBSCRIPTIONS_MAX} resources, the most \
+                         a session may be; unsubscribe from one (`resources/unsubscribe`) \
+                         before subscribing to `{}`",
+                        request.uri
+                    ),
+                    None,
+                ));
+            }
+            subscriptions.insert(request.uri.clone())
+        };
+        if !fresh {
+            return Ok(());
+        }
+        self.shared.hold_subscription(&request.uri);
         let provider = self.provider_for(&context);
-        if fresh && let Err(error) = provider.subscribe_resource(&request.uri).await {
+        if let Err(error) = provider.subscribe_resource(&request.uri).await {
+            self.shared.release_subscription(&request.uri);
             self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()).remove(&request.uri);
             return Err(resource_error(&error));
         }
@@ -1311,7 +1382,8 @@ impl ServerHandler for Gateway {
     ) -> Result<(), ErrorData> {
         let removed =
             self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()).remove(&request.uri);
-        if removed {
+        // Another session subscribed to it too keeps the provider's subscription.
+        if removed && self.shared.release_subscription(&request.uri) {
             self.provider_for(&context)
                 .unsubscribe_resource(&request.uri)
                 .await
@@ -1580,8 +1652,14 @@ impl ServerHandler for Gateway {
             .resources_list_changed()
             .build();
         let streams = Streams::of(&*self.shared.provider);
-        if streams.updates.is_some() {
-            accepted.resource_subscriptions = requested.resource_subscriptions.clone();
+        if let (Some(_), Some(uris)) = (&streams.updates, &requested.resource_subscriptions) {
+            // As many as a session may subscribe to, the first ones: the acknowledgment
+            // tells the client which.
+            let mut kept = HashSet::new();
+            let first = uris
+                .iter()
+                .filter(|uri| kept.len() < SUBSCRIPTIONS_MAX && kept.insert(uri.as_str()));
+            accepted.resource_subscriptions = Some(first.cloned().collect());
         }
         let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
         if prepared.len() >= PREPARED_MAX {
@@ -1617,11 +1695,15 @@ impl ServerHandler for Gateway {
         let mut subscribed = HashSet::new();
         if updates.is_some() {
             for uri in uris {
+                self.shared.hold_subscription(&uri);
                 match provider.subscribe_resource(&uri).await {
                     Ok(()) => {
                         subscribed.insert(uri);
                     }
-                    Err(error) => tracing::debug!(%uri, error = %error.report(), "not subscribed"),
+                    Err(error) => {
+                        self.shared.release_subscription(&uri);
+                        tracing::debug!(%uri, error = %error.report(), "not subscribed");
+                    }
                 }
             }
         }
@@ -1668,7 +1750,9 @@ impl ServerHandler for Gateway {
             }
         }
         for uri in subscribed {
-            let _ = provider.unsubscribe_resource(&uri).await;
+            if self.shared.release_subscription(&uri) {
+                let _ = provider.unsubscribe_resource(&uri).await;
+            }
         }
         Ok(())
     }

@@ -594,3 +594,31 @@ async fn a_listen_of_a_key_holder_hears_only_of_resources_in_its_view() {
     within(bob.cancel()).await.unwrap();
     server.stop().await;
 }
+
+/// A resource two sessions are subscribed to stays subscribed when one of them
+/// unsubscribes, and is unsubscribed from when the other does too: the first to leave
+/// unsubscribed it for both.
+#[tokio::test]
+async fn a_resource_two_sessions_subscribe_to_stays_until_both_leave() {
+    use crate::protocol::RawSession;
+    let provider =
+        Arc::new(crate::stdio::Subscribed { fixture: Fixture::new(0), uris: Default::default() });
+    let server = HttpServer::start(provider.clone(), ServeOptions::default()).await;
+    let sessions = [RawSession::open(&server.url()).await, RawSession::open(&server.url()).await];
+    let request = |method: &str| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"uri": "test://r"}})
+            .to_string()
+    };
+    for session in &sessions {
+        let answered = session.post(&request("resources/subscribe")).await;
+        assert_eq!(answered.message()["result"], json!({}), "{}", answered.body);
+    }
+    assert_eq!(provider.uris(), ["test://r"]);
+    let answered = sessions[1].post(&request("resources/unsubscribe")).await;
+    assert_eq!(answered.message()["result"], json!({}), "{}", answered.body);
+    assert_eq!(provider.uris(), ["test://r"], "the first session still holds it");
+    let answered = sessions[0].post(&request("resources/unsubscribe")).await;
+    assert_eq!(answered.message()["result"], json!({}), "{}", answered.body);
+    assert!(provider.uris().is_empty(), "{:?}", provider.uris());
+    server.stop().await;
+}

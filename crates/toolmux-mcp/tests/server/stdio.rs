@@ -1451,3 +1451,111 @@ async fn a_long_request_at_the_end_of_stdin_is_answered() {
         assert!(text == "slept" || text == format!("echo: {pad}"), "{id}: {}", &text[..40]);
     }
 }
+
+/// The fixture, keeping the resources it is subscribed to.
+#[derive(Debug)]
+pub(crate) struct Subscribed {
+    pub(crate) fixture: Fixture,
+    pub(crate) uris: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl Subscribed {
+    pub(crate) fn uris(&self) -> Vec<String> {
+        self.uris.lock().unwrap().iter().cloned().collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl toolmux_core::ToolProvider for Subscribed {
+    fn kind(&self) -> toolmux_core::ToolKind {
+        self.fixture.kind()
+    }
+
+    fn namespace(&self) -> &str {
+        self.fixture.namespace()
+    }
+
+    async fn list_tools(&self) -> Result<Vec<toolmux_core::ToolSpec>, toolmux_core::ToolError> {
+        self.fixture.list_tools().await
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: serde_json::Value,
+        ctx: &toolmux_core::CallContext,
+    ) -> Result<toolmux_core::ToolOutput, toolmux_core::ToolError> {
+        self.fixture.call(name, arguments, ctx).await
+    }
+
+    async fn subscribe_resource(&self, uri: &str) -> Result<(), toolmux_core::ToolError> {
+        self.uris.lock().unwrap().insert(uri.to_owned());
+        Ok(())
+    }
+
+    async fn unsubscribe_resource(&self, uri: &str) -> Result<(), toolmux_core::ToolError> {
+        self.uris.lock().unwrap().remove(uri);
+        Ok(())
+    }
+
+    fn resource_updates(&self) -> Option<toolmux_core::ResourceUpdates> {
+        self.fixture.resource_updates()
+    }
+}
+
+/// Sends `resources/subscribe` (`subscribe`) or `resources/unsubscribe` of each of `uris`
+/// at once, and returns the answers by id.
+async fn subscriptions(
+    client: &mut RawClient,
+    subscribe: bool,
+    uris: &[String],
+) -> std::collections::HashMap<String, serde_json::Value> {
+    let method = if subscribe { "resources/subscribe" } else { "resources/unsubscribe" };
+    for uri in uris {
+        client
+            .send(json!({"jsonrpc": "2.0", "id": uri, "method": method, "params": {"uri": uri}}))
+            .await;
+    }
+    let mut answers = std::collections::HashMap::new();
+    while answers.len() < uris.len() {
+        let answer = client.next().await;
+        if let Some(id) = answer["id"].as_str() {
+            answers.insert(id.to_owned(), answer);
+        }
+    }
+    answers
+}
+
+/// A session is subscribed to at most 1,000 resources at once: past them a subscription
+/// is refused with an error naming the bound and what to do, until the client unsubscribes
+/// from one; subscribing again to one it has is no new one. A closed session's
+/// subscriptions are unsubscribed from. (There was no bound, and a session's subscriptions
+/// outlived it.)
+#[tokio::test]
+async fn a_session_s_resource_subscriptions_are_bounded_and_end_with_it() {
+    let provider = Arc::new(Subscribed { fixture: Fixture::new(0), uris: Default::default() });
+    let (stream, _server) = socket_pair(provider.clone(), ServeOptions::default());
+    let mut first = RawClient::new(stream);
+    first.handshake().await;
+    let uris: Vec<String> = (0..1_000).map(|n| format!("test://r/{n}")).collect();
+    let answers = subscriptions(&mut first, true, &uris).await;
+    assert!(answers.values().all(|a| a["result"] == json!({})), "{answers:?}");
+    let extra = vec!["test://r/extra".to_owned()];
+    let refused = subscriptions(&mut first, true, &extra).await.remove(&extra[0]).unwrap();
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    expect!["this session is subscribed to 1000 resources, the most a session may be; unsubscribe from one (`resources/unsubscribe`) before subscribing to `test://r/extra`"]
+        .assert_eq(message);
+    let again = subscriptions(&mut first, true, &uris[..1]).await.remove(&uris[0]).unwrap();
+    assert_eq!(again["result"], json!({}), "{again}");
+    let answers = subscriptions(&mut first, false, &uris[..1]).await;
+    assert_eq!(answers[&uris[0]]["result"], json!({}), "{answers:?}");
+    let taken = subscriptions(&mut first, true, &extra).await.remove(&extra[0]).unwrap();
+    assert_eq!(taken["result"], json!({}), "{taken}");
+    assert_eq!(provider.uris().len(), 1_000);
+    drop(first);
+    eventually("the closed session's subscriptions to end", || async {
+        provider.uris().is_empty()
+    })
+    .await;
+}
