@@ -772,6 +772,25 @@ fn body_text_parameters(template: &Value, out: &mut BTreeSet<String>) {
     }
 }
 
+/// The values a parameter's schema lists (`enum`, or `const`) as URL text, when every one
+/// is a string, number or boolean; a dotted name reaches into `properties` of objects.
+fn listed_values(schema: &Value, parameter: &str) -> Option<Vec<String>> {
+    let mut current = schema;
+    for part in parameter.split('.') {
+        current = current.get("properties")?.get(part)?;
+    }
+    let values: Vec<&Value> = match (current.get("enum"), current.get("const")) {
+        (Some(Value::Array(values)), _) => values.iter().collect(),
+        (None, Some(value)) => vec![value],
+        _ => return None,
+    };
+    let scalar = |v: &&Value| matches!(v, Value::String(_) | Value::Number(_) | Value::Bool(_));
+    if values.is_empty() || !values.iter().all(scalar) {
+        return None;
+    }
+    Some(values.into_iter().map(crate::template::value_text).collect())
+}
+
 fn inline_tool(
     name: &str,
     local: String,
@@ -793,7 +812,27 @@ fn inline_tool(
     if let Some(select) = &config.select {
         select.check().map_err(config_error)?;
     }
-    let url = UrlTemplate::parse(&config.url);
+    let mut url = UrlTemplate::parse(&config.url);
+    // An argument in the host (or port or user info) chooses where the request goes: the
+    // model could send it to loopback or a cloud metadata address. It takes only the values
+    // the tool's `parametersSchema` lists for it.
+    for parameter in url.authority_parameters().into_iter().map(str::to_owned).collect::<Vec<_>>() {
+        let values = config
+            .parameters_schema
+            .as_ref()
+            .and_then(|schema| listed_values(schema, &parameter))
+            .ok_or_else(|| {
+                config_error(format!(
+                    "`url` puts parameter `{parameter}` in the host, so the model could send \
+                     the request to any host (loopback and cloud metadata addresses included); \
+                     write the host in the URL, or list the values `{parameter}` may take as \
+                     an `enum` in the tool's parameter schema (`parametersSchema`; an external \
+                     tool's `inputSchema`): `\"properties\": {{\"{parameter}\": {{\"enum\": \
+                     [\"eu\", \"us\"]}}}}`"
+                ))
+            })?;
+        url.allow_authority_values(&parameter, values);
+    }
     let headers: Vec<(String, Template)> =
         config.headers.iter().map(|(k, v)| (k.clone(), Template::parse(v))).collect();
     // A header of the message itself filled from an argument would let the model cut the

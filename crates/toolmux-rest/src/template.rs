@@ -175,6 +175,14 @@ pub(crate) enum UrlError {
     },
     /// The argument is empty and would leave an empty path segment.
     EmptySegment(String),
+    /// The argument fills part of the URL's host (or port or user info) with a value its
+    /// `enum` does not list.
+    Host {
+        /// The argument.
+        parameter: String,
+        /// The values the tool's `parametersSchema` allows.
+        allowed: Vec<String>,
+    },
 }
 
 impl UrlError {
@@ -186,6 +194,11 @@ impl UrlError {
             UrlError::EmptySegment(parameter) => format!(
                 "path argument `{parameter}` is empty; give it a value: an empty one would \
                  leave an empty segment in the path, which names another resource"
+            ),
+            UrlError::Host { parameter, allowed } => format!(
+                "argument `{parameter}` goes into the URL's host, where only the values its \
+                 `enum` lists are taken: {}",
+                allowed.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(", ")
             ),
         }
     }
@@ -212,6 +225,9 @@ pub(crate) fn dot_segment(segment: &str) -> bool {
 pub(crate) struct UrlTemplate {
     path: Template,
     query: Vec<(Template, Template)>,
+    /// The values each parameter of the authority (host, port, user info) may take, as
+    /// text; one with no entry takes none.
+    authority_values: Vec<(String, Vec<String>)>,
 }
 
 impl UrlTemplate {
@@ -225,7 +241,42 @@ impl UrlTemplate {
                 (Template::parse(k), Template::parse(v))
             })
             .collect();
-        UrlTemplate { path: Template::parse(path), query }
+        UrlTemplate { path: Template::parse(path), query, authority_values: Vec::new() }
+    }
+
+    /// The parameters written into the URL's authority (between `://` and the path): its
+    /// host, port or user info. An argument there chooses where the request goes, so each
+    /// takes only the values [`UrlTemplate::allow_authority_values`] gives it.
+    pub(crate) fn authority_parameters(&self) -> Vec<&str> {
+        let mut found = Vec::new();
+        // Whether `://` has been written, and whether the path has begun since.
+        let mut written = String::new();
+        for piece in &self.path.pieces {
+            match piece {
+                Piece::Text(text) => {
+                    let before = written.len();
+                    written.push_str(text);
+                    if let Some(at) = written.find("://") {
+                        let authority_start = at + 3;
+                        let searched = authority_start.max(before);
+                        if written[searched..].contains('/') {
+                            return found;
+                        }
+                    }
+                }
+                Piece::Parameter(name) => {
+                    // Before the scheme's end a value would be part of the scheme or the
+                    // authority; values cannot write `/`, so both count.
+                    found.push(name.as_str());
+                }
+            }
+        }
+        found
+    }
+
+    /// The values (as text) an authority parameter may take.
+    pub(crate) fn allow_authority_values(&mut self, parameter: &str, values: Vec<String>) {
+        self.authority_values.push((parameter.to_owned(), values));
     }
 
     /// Parameters the path needs (required ones).
@@ -262,6 +313,7 @@ impl UrlTemplate {
 
     /// The path part, filled, with no argument making a `.` or `..` segment.
     fn render_path(&self, args: &Map<String, Value>) -> Result<String, UrlError> {
+        let authority = self.authority_parameters();
         let mut out = String::new();
         // Where each argument's text lies in `out`.
         let mut spans: Vec<(usize, usize, &str)> = Vec::new();
@@ -271,6 +323,22 @@ impl UrlTemplate {
                 Piece::Parameter(name) => {
                     let value =
                         lookup(args, name).ok_or_else(|| UrlError::Missing(name.clone()))?;
+                    if authority.contains(&name.as_str()) {
+                        let allowed = self
+                            .authority_values
+                            .iter()
+                            .find(|(parameter, _)| parameter == name)
+                            .map(|(_, values)| values.clone())
+                            .unwrap_or_default();
+                        let text = value_text(value);
+                        if !allowed.contains(&text) {
+                            return Err(UrlError::Host { parameter: name.clone(), allowed });
+                        }
+                        // One of the configuration's own values, as it wrote it
+                        // (`127.0.0.1:8080` keeps its colon).
+                        out.push_str(&text);
+                        continue;
+                    }
                     let start = out.len();
                     out.push_str(&encode(&value_text(value)));
                     spans.push((start, out.len(), name));

@@ -75,6 +75,63 @@ async fn path_arguments_never_leave_the_tools_path() {
     );
 }
 
+#[test]
+fn an_argument_in_the_host_needs_the_values_it_may_take() {
+    for url in [
+        "http://${parameters.host}/x",
+        "https://${parameters.region}.api.example.com/v1",
+        "http://127.0.0.1:${parameters.port}/x",
+    ] {
+        let tools: BTreeMap<String, RestToolConfig> =
+            serde_json::from_value(json!({"t": {"url": url}})).unwrap();
+        let err = RestProvider::inline(&tools).unwrap_err().to_string();
+        assert!(
+            err.contains("in the host, so the model could send the request to any host"),
+            "{err}"
+        );
+        assert!(
+            err.contains("as an `enum` in the tool's parameter schema (`parametersSchema`"),
+            "{err}"
+        );
+    }
+    // A listed value that is not text, or an enum-less schema, is no list.
+    for schema in [
+        json!({"type": "object", "properties": {"host": {"type": "string"}}}),
+        json!({"type": "object", "properties": {"host": {"enum": [{"a": 1}]}}}),
+        json!({"type": "object", "properties": {"host": {"enum": []}}}),
+    ] {
+        let tools: BTreeMap<String, RestToolConfig> = serde_json::from_value(
+            json!({"t": {"url": "http://${parameters.host}/x", "parametersSchema": schema}}),
+        )
+        .unwrap();
+        assert!(RestProvider::inline(&tools).is_err());
+    }
+}
+
+#[tokio::test]
+async fn an_argument_in_the_host_takes_only_the_listed_values() {
+    let (base, lines) = recording_server().await;
+    let host = base.trim_start_matches("http://").to_owned();
+    let provider = inline(json!({"t": {"url": "http://${parameters.host}/items/${parameters.id}",
+        "parametersSchema": {"type": "object", "required": ["host", "id"], "properties": {
+            "host": {"enum": [host, "127.0.0.2:1"]}, "id": {"type": "string"}}}}}));
+    let out =
+        provider.call("t", json!({"host": host, "id": "a/b"}), &CallContext::new()).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    let port = host.rsplit_once(':').unwrap().1;
+    for other in [format!("localhost:{port}"), "169.254.169.254".into(), format!("{host}/x")] {
+        let err = call_error(&provider, "t", json!({"host": other, "id": "1"})).await;
+        assert!(
+            err.contains(&format!(
+                "argument `host` goes into the URL's host, where only the values its `enum` \
+                 lists are taken: `{host}`, `127.0.0.2:1`"
+            )),
+            "{err}"
+        );
+    }
+    assert_eq!(*lines.lock().unwrap(), ["GET /items/a%2Fb HTTP/1.1"]);
+}
+
 /// Headers a server saw, by request line.
 type Seen = Arc<Mutex<Vec<(String, Option<String>, Option<String>)>>>;
 

@@ -2197,7 +2197,8 @@ restTools:
         let dir = tempfile::tempdir().expect("a folder");
         let yaml = "defaults: {outputDir: out}\nrestTools:\n  get:\n    url: \
                     http://127.0.0.1:9/items/${parameters.id}\n  at:\n    url: \
-                    http://${parameters.host}:9/x\n";
+                    http://${parameters.host}:9/x\n    parametersSchema:\n      type: object\n      \
+                    properties: {host: {enum: [127.0.0.1]}}\n";
         let toolmux = Toolmux::build(&load(yaml, dir.path())).await.expect("built");
         let orchestrator = toolmux.orchestrator();
         let report = orchestrator.warmup().await;
@@ -2211,10 +2212,10 @@ restTools:
                 && error.contains("path argument `id` is empty"),
             "{result:?}"
         );
-        let bad_host = ToolCall::new("rest__at", serde_json::json!({"host": "a b"}));
-        let result = orchestrator.execute(bad_host, &ctx).await;
+        let closed = ToolCall::new("rest__at", serde_json::json!({"host": "127.0.0.1"}));
+        let result = orchestrator.execute(closed, &ctx).await;
         let error = result.error.as_deref().unwrap_or_default();
-        assert!(error.contains("`rest__at`: request to http://a%20b:9/x failed"), "{result:?}");
+        assert!(error.contains("`rest__at`: request to http://127.0.0.1:9/x failed"), "{result:?}");
         toolmux.shutdown().await.expect("stopped");
 
         let yaml = "defaults: {outputDir: out}\nrestTools:\n  get: {url: ''}\n";
