@@ -1692,18 +1692,21 @@ impl ServerHandler for Gateway {
         let uris: HashSet<String> =
             accepted.resource_subscriptions.unwrap_or_default().into_iter().collect();
         let mut updates = streams.updates.filter(|_| !uris.is_empty());
-        let mut subscribed = HashSet::new();
+        // rmcp may drop this future mid-way (its client gone): the guard lets go of what it
+        // holds then too.
+        let mut subscribed = HeldSubscriptions {
+            shared: self.shared.clone(),
+            provider: provider.clone(),
+            uris: HashSet::new(),
+        };
         if updates.is_some() {
             for uri in uris {
                 self.shared.hold_subscription(&uri);
-                match provider.subscribe_resource(&uri).await {
-                    Ok(()) => {
-                        subscribed.insert(uri);
-                    }
-                    Err(error) => {
-                        self.shared.release_subscription(&uri);
-                        tracing::debug!(%uri, error = %error.report(), "not subscribed");
-                    }
+                subscribed.uris.insert(uri.clone());
+                if let Err(error) = provider.subscribe_resource(&uri).await {
+                    subscribed.uris.remove(&uri);
+                    self.shared.release_subscription(&uri);
+                    tracing::debug!(%uri, error = %error.report(), "not subscribed");
                 }
             }
         }
@@ -1741,7 +1744,7 @@ impl ServerHandler for Gateway {
                 }
                 uri = async { updates.as_mut()?.next().await }, if updates.is_some() => {
                     let Some(uri) = uri else { break };
-                    if subscribed.contains(&*uri)
+                    if subscribed.uris.contains(&*uri)
                         && context.sink().notify_resource_updated(uri.to_string()).await.is_err()
                     {
                         break;
@@ -1749,12 +1752,49 @@ impl ServerHandler for Gateway {
                 }
             }
         }
-        for uri in subscribed {
-            if self.shared.release_subscription(&uri) {
-                let _ = provider.unsubscribe_resource(&uri).await;
-            }
-        }
+        subscribed.release().await;
         Ok(())
+    }
+}
+
+/// The resources a `subscriptions/listen` request holds a subscription to (counted in
+/// [`Shared::hold_subscription`]), let go of when it ends, or when it is dropped.
+struct HeldSubscriptions {
+    shared: Arc<Shared>,
+    provider: Arc<dyn ToolProvider>,
+    uris: HashSet<String>,
+}
+
+impl HeldSubscriptions {
+    /// The resources no one else holds, whose upstream subscription is to end.
+    fn last_held(&mut self) -> Vec<String> {
+        let uris = std::mem::take(&mut self.uris);
+        uris.into_iter().filter(|uri| self.shared.release_subscription(uri)).collect()
+    }
+
+    /// Lets go of every resource, unsubscribing from those no one else holds.
+    async fn release(mut self) {
+        for uri in self.last_held() {
+            let _ = self.provider.unsubscribe_resource(&uri).await;
+        }
+    }
+}
+
+impl Drop for HeldSubscriptions {
+    fn drop(&mut self) {
+        let last = self.last_held();
+        if last.is_empty() {
+            return;
+        }
+        let provider = self.provider.clone();
+        // Without a runtime (it is shutting down) the provider's own end unsubscribes.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                for uri in last {
+                    let _ = provider.unsubscribe_resource(&uri).await;
+                }
+            });
+        }
     }
 }
 
