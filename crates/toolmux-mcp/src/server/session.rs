@@ -1116,11 +1116,12 @@ fn malformed(line: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// The `-32700` message of a line of valid JSON nesting deeper than serde reads.
+const TOO_DEEP: &str = "Parse error: the message nests deeper than the 128 levels of arrays \
+                        and objects a message may have";
+
+/// [`TOO_DEEP`] with serde's own words.
 fn too_deep(e: &serde_json::Error) -> String {
-    format!(
-        "Parse error: the message nests deeper than the 128 levels of arrays and objects a \
-         message may have ({e})"
-    )
+    format!("{TOO_DEEP} ({e})")
 }
 
 /// The `-32700` message of a line serde could not read, when it is not JSON at all (as
@@ -1428,17 +1429,28 @@ impl Framer {
                 router.busy.ask_id(id);
             }
             router.send_to_rmcp(chunk);
-            // rmcp drops the line without a word: its client would wait for ever.
-            if too_long {
+            // rmcp drops the line without a word: its client would wait for ever. So it
+            // does a request nesting deeper than serde reads (answered as a short line
+            // is, by `Router::route`, which keeps such a line from rmcp).
+            let refusal = if too_long {
+                Some((
+                    -32600,
+                    format!(
+                        "Invalid Request: the message is {} bytes, over the {} MiB a line may \
+                         have; it was dropped",
+                        long.length - 1,
+                        LINE_MAX >> 20
+                    ),
+                ))
+            } else if long.too_deep_request() {
+                Some((-32700, TOO_DEEP.to_owned()))
+            } else {
+                None
+            };
+            if let Some((code, message)) = refusal {
                 let id = long.id();
-                let message = format!(
-                    "Invalid Request: the message is {} bytes, over the {} MiB a line may \
-                     have; it was dropped",
-                    long.length - 1,
-                    LINE_MAX >> 20
-                );
                 let error = serde_json::json!({"jsonrpc": "2.0", "id": id,
-                    "error": {"code": -32600, "message": message}});
+                    "error": {"code": code, "message": message}});
                 if let Ok(mut line) = serde_json::to_vec(&error) {
                     line.push(b'\n');
                     router.out.send(line);
@@ -1559,6 +1571,12 @@ impl LongLine {
         }
         let id: serde_json::Value = serde_json::from_slice(self.id.as_deref()?).ok()?;
         (id.is_string() || id.is_i64()).then(|| id.to_string())
+    }
+
+    /// Whether the line is a request (it has a `method` and an `id`) nesting deeper than
+    /// serde_json reads (128 levels), which rmcp drops unanswered.
+    fn too_deep_request(&self) -> bool {
+        self.request && self.id.is_some() && self.deepest >= 128
     }
 
     /// The line's id, when it has a string or number one; else `null`.
@@ -1773,6 +1791,28 @@ mod tests {
         let mut long = LongLine::default();
         long.read(lines[1].as_bytes());
         assert_eq!(long.request_id().as_deref(), Some(r#""ab""#));
+    }
+
+    /// A long line is refused as too deep exactly when serde_json cannot read it for its
+    /// depth, and only when it is a request (a notification gets no answer).
+    #[test]
+    fn a_long_line_is_too_deep_where_serde_stops() {
+        for depth in 124..=131 {
+            // The message itself and `params` are two levels.
+            let inner = depth - 2;
+            let nested = format!("{}1{}", "[".repeat(inner), "]".repeat(inner));
+            let request =
+                format!(r#"{{"jsonrpc":"2.0","id":3,"method":"ping","params":{{"d":{nested}}}}}"#);
+            let mut long = LongLine::default();
+            long.read(request.as_bytes());
+            let unreadable = serde_json::from_str::<serde_json::Value>(&request).is_err();
+            assert_eq!(long.too_deep_request(), unreadable, "depth {depth}");
+            let notification =
+                format!(r#"{{"jsonrpc":"2.0","method":"ping","params":{{"d":{nested}}}}}"#);
+            let mut long = LongLine::default();
+            long.read(notification.as_bytes());
+            assert!(!long.too_deep_request(), "depth {depth}");
+        }
     }
 
     #[test]

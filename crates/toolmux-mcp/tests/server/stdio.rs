@@ -1389,19 +1389,24 @@ async fn calls_in_flight_at_the_end_of_stdin_are_answered() {
 /// read (`params` not of its method, an id over `i64::MAX`) is answered without an id, and
 /// ends nothing, so the session ends at once rather than after the 30 s grace; a request
 /// nesting deeper than a message may is answered `-32700` with its id, as over HTTP, where
-/// it went unanswered.
+/// it went unanswered, a line over the 64 KiB read whole too (it went unanswered).
 #[tokio::test]
 async fn requests_rmcp_cannot_read_do_not_hold_the_end_of_input() {
     use tokio::io::AsyncWriteExt;
     let (mut child, mut stdin, mut lines) = stdio_process(&[]);
     let deep = format!("{}1{}", "[".repeat(1000), "]".repeat(1000));
+    // Over the 64 KiB read whole: streamed to rmcp, which dropped it unanswered.
+    let padding = "x".repeat(100_000);
     let input = format!(
-        "{}{}\n{}\n{}\n{}\n",
+        "{}{}\n{}\n{}\n{}\n{}\n",
         opening_lines(),
         r#"{"jsonrpc":"2.0","id":5,"method":"resources/read","params":{}}"#,
         r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"ping"}"#,
         format_args!(
             r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"echo","arguments":{{"n":{deep}}}}}}}"#
+        ),
+        format_args!(
+            r#"{{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{{"name":"echo","arguments":{{"p":"{padding}","n":{deep}}}}}}}"#
         ),
         r#"{"jsonrpc":"2.0","id":"end","method":"ping"}"#,
     );
@@ -1414,6 +1419,10 @@ async fn requests_rmcp_cannot_read_do_not_hold_the_end_of_input() {
     let deep = answers.iter().find(|a| a["id"] == 7).unwrap_or_else(|| panic!("{answers:?}"));
     assert_eq!(deep["error"]["code"], -32700, "{deep}");
     let message = deep["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("nests deeper than the 128 levels"), "{message}");
+    let long = answers.iter().find(|a| a["id"] == "long").unwrap_or_else(|| panic!("{answers:?}"));
+    assert_eq!(long["error"]["code"], -32700, "{long}");
+    let message = long["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("nests deeper than the 128 levels"), "{message}");
     assert!(answers.iter().any(|a| a["id"] == "end" && a.get("result").is_some()), "{answers:?}");
 }
