@@ -623,35 +623,39 @@ async fn a_resource_two_sessions_subscribe_to_stays_until_both_leave() {
     server.stop().await;
 }
 
-/// A `subscriptions/listen` whose client goes away without cancelling it (the process
-/// killed, the connection dropped) lets go of its resources: the provider is told to
-/// unsubscribe, and the count of its holders is back to none.
-#[tokio::test]
-async fn a_listen_whose_client_vanishes_lets_go_of_its_resources() {
-    let provider =
-        Arc::new(crate::stdio::Subscribed { fixture: Fixture::new(0), uris: Default::default() });
-    let server = HttpServer::start(provider.clone(), ServeOptions::default()).await;
-    let client = stateless_client(&server, "unused").await;
-    let filter = SubscriptionFilter::builder().resource_subscriptions(["test://r"]).build();
-    let heard = within(client.listen(filter)).await.unwrap();
-    eventually("the provider is subscribed", || async { provider.uris() == ["test://r"] }).await;
-    drop(heard);
-    drop(client);
-    eventually("the provider is unsubscribed", || async { provider.uris().is_empty() }).await;
-    server.stop().await;
+/// Whether the listen ends by its client vanishing or by the server stopping.
+#[derive(Clone, Copy, PartialEq)]
+enum ListenEnd {
+    ClientVanishes,
+    ServerStops,
 }
 
-/// A server stopping while a `subscriptions/listen` is open tells the provider to
-/// unsubscribe from what the listen held.
+/// A `subscriptions/listen` that ends without being cancelled, its client gone (the process
+/// killed, the connection dropped) or the server stopping, lets go of its resources: the
+/// provider is told to unsubscribe, and the count of their holders is back to none.
 #[tokio::test]
-async fn a_listen_open_when_the_server_stops_lets_go_of_its_resources() {
-    let provider =
-        Arc::new(crate::stdio::Subscribed { fixture: Fixture::new(0), uris: Default::default() });
-    let server = HttpServer::start(provider.clone(), ServeOptions::default()).await;
-    let client = stateless_client(&server, "unused").await;
-    let filter = SubscriptionFilter::builder().resource_subscriptions(["test://r"]).build();
-    let _heard = within(client.listen(filter)).await.unwrap();
-    eventually("the provider is subscribed", || async { provider.uris() == ["test://r"] }).await;
-    server.stop().await;
-    eventually("the provider is unsubscribed", || async { provider.uris().is_empty() }).await;
+async fn a_listen_ended_without_a_cancel_lets_go_of_its_resources() {
+    for end in [ListenEnd::ClientVanishes, ListenEnd::ServerStops] {
+        let provider = Arc::new(crate::stdio::Subscribed {
+            fixture: Fixture::new(0),
+            uris: Default::default(),
+        });
+        let server = HttpServer::start(provider.clone(), ServeOptions::default()).await;
+        let client = stateless_client(&server, "unused").await;
+        let filter = SubscriptionFilter::builder().resource_subscriptions(["test://r"]).build();
+        let heard = within(client.listen(filter)).await.unwrap();
+        let subscribed = || async { provider.uris() == ["test://r"] };
+        eventually("the provider is subscribed", subscribed).await;
+        if end == ListenEnd::ClientVanishes {
+            drop(heard);
+            drop(client);
+            let unsubscribed = || async { provider.uris().is_empty() };
+            eventually("the provider is unsubscribed", unsubscribed).await;
+            server.stop().await;
+        } else {
+            server.stop().await;
+            let unsubscribed = || async { provider.uris().is_empty() };
+            eventually("the provider is unsubscribed", unsubscribed).await;
+        }
+    }
 }
