@@ -308,17 +308,19 @@ impl Source {
     /// created since is added, one removed is dropped. A layer's folder holding two of its
     /// files (`config.yaml` and `config.json`) keeps the files read so far: which one to
     /// read is the person's to say, and the next start refuses the folder naming both.
-    fn rediscovered(&self) -> Source {
+    /// With it, why the layers could not be looked for (the source is then this one).
+    fn rediscovered(&self) -> (Source, Option<String>) {
         let env = |name: &str| std::env::var(name).ok();
-        let Ok(found) = toolmux::config::Layers::discover(&env) else {
-            return self.clone();
+        let found = match toolmux::config::Layers::discover(&env) {
+            Ok(found) => found,
+            Err(e) => return (self.clone(), Some(toolmux::toolmux_core::error_report(&e))),
         };
         let layers = toolmux::config::Layers {
             user: found.user.filter(|path| self.cwd.join(path).is_file()),
             managed: found.managed.filter(|path| self.cwd.join(path).is_file()),
             added: self.layers.added.clone(),
         };
-        Source { project: self.project.clone(), layers, cwd: self.cwd.clone() }
+        (Source { project: self.project.clone(), layers, cwd: self.cwd.clone() }, None)
     }
 
     /// Every file read, in layer order.
@@ -359,6 +361,8 @@ pub(crate) async fn watch(
     let mut source = source;
     let mut files = source.files();
     let mut seen = read_all(&files);
+    // Why the user's or managed files could not be looked for, said once until it changes.
+    let mut problem: Option<String> = None;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -366,7 +370,15 @@ pub(crate) async fn watch(
         }
         // The user's and managed files are looked for each time: one created after the
         // start is read from then on, one removed is dropped.
-        let candidate = source.rediscovered();
+        let (candidate, why) = source.rediscovered();
+        match why {
+            Some(why) if problem.as_ref() != Some(&why) => {
+                eprintln!("error: {why}; still serving the previous configuration");
+                problem = Some(why);
+            }
+            Some(_) => {}
+            None => problem = None,
+        }
         let candidate_files = candidate.files();
         let now = read_all(&candidate_files);
         if now.iter().any(Option::is_none) || (candidate_files == files && now == seen) {
@@ -375,7 +387,7 @@ pub(crate) async fn watch(
         }
         // Settled: the same files with the same bytes twice in a row.
         tokio::time::sleep(POLL).await;
-        let again = source.rediscovered();
+        let (again, _) = source.rediscovered();
         if again.files() != candidate_files || read_all(&candidate_files) != now {
             continue;
         }

@@ -1091,7 +1091,8 @@ fn watch_reloads_when_the_users_file_changes() {
 }
 
 /// `serve --watch` looks for the user's file again and again: one created after the start
-/// is read (its server served), and once it is removed its server goes.
+/// is read (its server served), and once it is removed its server goes; two of them at
+/// once are an error said once, the configuration served so far kept.
 #[test]
 fn watch_reads_a_users_file_created_after_the_start() {
     let fixture = crate::conformance::fixture_bin().with_file_name("toolmux-mcp-fixture");
@@ -1117,8 +1118,26 @@ fn watch_reads_a_users_file_created_after_the_start() {
         assert!(std::time::Instant::now() < deadline, "the removed user's file still counts");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Two user's files at once: which to read is the person's to say. Said, once, and the
+    // configuration served so far is kept (the next start refuses the folder).
+    project
+        .file(
+            "xdg/toolmux/config.yaml",
+            &format!("mcpServers:\n  fx:\n    command: {}\n", fixture.display()),
+        )
+        .file("xdg/toolmux/config.json", "{}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!tool_names(&mut agent).iter().any(|n| n.starts_with("fx__")));
     let stopped = stop(gateway);
     assert!(stopped.stderr.contains("xdg/toolmux/config.yaml"), "{}", stopped.stderr);
+    let said = "`config.json` is in this folder too, and toolmux reads one user configuration \
+                file only";
+    assert_eq!(stopped.stderr.matches(said).count(), 1, "{}", stopped.stderr);
+    assert!(
+        stopped.stderr.contains("; still serving the previous configuration"),
+        "{}",
+        stopped.stderr
+    );
 }
 
 /// A result for a call that expired is refused with 410, saying so: the call is gone for
