@@ -397,6 +397,19 @@ pub enum StatsError {
         #[source]
         source: std::io::Error,
     },
+    /// A folder on the way to the file is a file (an `outputDir` that is a file, say).
+    #[error(
+        "statistics file {path} cannot be kept: {} is a file, not a folder; no statistics are \
+         kept while it is there (move it away, or set defaults.statsFile to a path in a folder \
+         or to false)",
+        folder.display()
+    )]
+    FolderIsAFile {
+        /// The statistics file.
+        path: PathBuf,
+        /// The file standing where a folder of `path` would be.
+        folder: PathBuf,
+    },
     /// The file is not a statistics file.
     #[error("statistics file {path} is not valid: {message}")]
     Format {
@@ -627,7 +640,7 @@ impl Stats {
         let io = |source| StatsError::Io { path: path.to_owned(), source };
         let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io)?;
+            std::fs::create_dir_all(dir).map_err(|e| folder_is_a_file(path).unwrap_or(io(e)))?;
         }
         let _lock = FileLock::acquire(path)?;
         let (on_disk, moved_aside) = match read_snapshot(path) {
@@ -726,7 +739,11 @@ fn read_snapshot(path: &Path) -> Result<Option<StatsSnapshot>, StatsError> {
                 ),
             });
         }
-        Err(e) => return Err(StatsError::Io { path: path.to_owned(), source: e.into_io() }),
+        Err(e) => {
+            let e = e.into_io();
+            return Err(folder_is_a_file(path)
+                .unwrap_or(StatsError::Io { path: path.to_owned(), source: e }));
+        }
     };
     let format =
         |e: serde_json::Error| StatsError::Format { path: path.to_owned(), message: e.to_string() };
@@ -798,6 +815,15 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(suffix);
     path.with_file_name(name)
+}
+
+/// [`StatsError::FolderIsAFile`] when a folder `path` would lie in is a file (or anything
+/// else but a folder), the nearest such one named.
+fn folder_is_a_file(path: &Path) -> Option<StatsError> {
+    let folders = path.ancestors().skip(1).filter(|f| !f.as_os_str().is_empty());
+    let blocking = folders.filter_map(|f| std::fs::metadata(f).ok().map(|m| (f, m))).next()?;
+    (!blocking.1.is_dir())
+        .then(|| StatsError::FolderIsAFile { path: path.to_owned(), folder: blocking.0.to_owned() })
 }
 
 /// An exclusive advisory lock on the file beside a statistics file, released when dropped.
@@ -1173,6 +1199,33 @@ mod tests {
         use std::os::unix::fs::FileTypeExt as _;
         assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_fifo(), "left as it is");
         assert!(!dir.path().join("stats.json.bad").exists(), "not moved aside");
+    }
+
+    /// A statistics file whose folder is a file (an `outputDir` that is one) is named as
+    /// such, where the system's words were "Not a directory" to read and "File exists" to
+    /// save, which said nothing of the folder.
+    #[test]
+    fn a_file_in_place_of_the_statistics_folder_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        std::fs::write(&out, "x").unwrap();
+        for path in [out.join("stats.json"), out.join("deeper/stats.json")] {
+            let stats = Stats::default();
+            let loaded = stats.load(&path);
+            stats.of("a__b").record(true, 1_000);
+            for result in [loaded, stats.save(&path)] {
+                let Err(e @ StatsError::FolderIsAFile { .. }) = result else {
+                    panic!("the folder is a file: {result:?}")
+                };
+                let message = e.to_string();
+                assert!(
+                    message.contains(&format!("{} is a file, not a folder", out.display())),
+                    "{message}"
+                );
+                assert!(message.contains("defaults.statsFile"), "{message}");
+            }
+        }
+        assert_eq!(std::fs::read(&out).unwrap(), b"x", "left as it is");
     }
 
     #[test]

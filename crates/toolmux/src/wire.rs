@@ -23,6 +23,9 @@ pub struct Toolmux {
     output_store: Arc<dyn OutputStore>,
     output_dir: PathBuf,
     stats_file: Option<PathBuf>,
+    /// The last failure to read or save the statistics file, told already: the same one
+    /// again is not (a `tools call` would say it twice, a server at each save).
+    stats_told: Arc<std::sync::Mutex<Option<String>>>,
     warnings: Vec<String>,
     /// The MCP servers built, kept so that a rebuild can take over those left unchanged.
     #[cfg(feature = "mcp")]
@@ -487,11 +490,13 @@ impl Toolmux {
             .build()
             .map_err(|e| ToolmuxError::config(file, with_causes(&e)))?;
         let stats_file = loaded.stats_file();
+        let stats_told = Arc::new(std::sync::Mutex::new(None));
         // Statistics are worth keeping, not worth refusing to work over: a file that cannot
         // be read is warned of, and the counts start from nothing.
         if let Some(path) = &stats_file
             && let Err(e) = orchestrator.stats().load(path)
         {
+            *stats_told.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
             use toolmux_orchestrator::accounting::StatsError;
             // Only a file of another form is moved aside; one that is no regular file, or
             // cannot be read, is left as it is.
@@ -534,6 +539,7 @@ impl Toolmux {
             output_store: store,
             output_dir,
             stats_file,
+            stats_told,
             warnings,
             #[cfg(feature = "mcp")]
             mcp_servers,
@@ -612,7 +618,8 @@ impl Toolmux {
     /// other processes may share (see [`toolmux_orchestrator::accounting::Stats::save`]).
     ///
     /// The file is read, locked (waiting for other processes) and written on a blocking
-    /// thread, never on the event loop that serves calls.
+    /// thread, never on the event loop that serves calls. A failure told already, the same
+    /// one the start warned of or the last save returned, is not returned again.
     pub async fn save_stats(&self) -> Result<(), ToolmuxError> {
         let Some(path) = self.stats_file.clone() else {
             return Ok(());
@@ -621,13 +628,22 @@ impl Toolmux {
         let file = path.clone();
         let saved = tokio::task::spawn_blocking(move || orchestrator.stats().save(&file)).await;
         let source = match saved {
-            Ok(Ok(())) => return Ok(()),
+            Ok(Ok(())) => {
+                *self.stats_told.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                return Ok(());
+            }
             Ok(Err(source)) => source,
             Err(failed) => toolmux_orchestrator::accounting::StatsError::Io {
                 path: path.clone(),
                 source: std::io::Error::other(format!("the saving thread failed: {failed}")),
             },
         };
+        let mut told = self.stats_told.lock().unwrap_or_else(|e| e.into_inner());
+        let text = source.to_string();
+        if told.as_ref() == Some(&text) {
+            return Ok(());
+        }
+        *told = Some(text);
         Err(ToolmuxError::Stats { path, source })
     }
 

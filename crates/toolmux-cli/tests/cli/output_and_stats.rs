@@ -207,6 +207,27 @@ fn a_damaged_statistics_file_only_warns() {
     assert_eq!(stats["tools"]["fs__grep"]["count"], 1, "{stats}");
 }
 
+/// A statistics file whose folder is a file (an `outputDir` that is one) is said to be so,
+/// once: the start said "Not a directory (os error 20)" and the end "File exists (os error
+/// 17)", neither naming the file in the way.
+#[test]
+fn a_file_where_the_statistics_folder_would_be_is_said_once() {
+    let project = Project::new();
+    project
+        .file("a.txt", "TODO\n")
+        .file("out", "not a folder")
+        .file("toolmux.yaml", "defaults:\n  outputDir: out\nfs: {}\n");
+    let run = project.run(&["tools", "call", "fs__grep", r#"{"pattern":"TODO"}"#]);
+    run.ok();
+    let said = format!(
+        "statistics file {} cannot be kept: {} is a file, not a folder",
+        project.path().join("out/stats.json").display(),
+        project.path().join("out").display()
+    );
+    assert_eq!(run.stderr.matches(&said).count(), 1, "{}", run.stderr);
+    assert!(!run.stderr.contains("os error"), "{}", run.stderr);
+}
+
 /// `stats` of a statistics file it cannot read is an error saying why and what to do (exit
 /// 4, and under `--json` one JSON object), where it warned and then said no calls were
 /// recorded yet and would be counted in the very file it could not read, and exited 0.
