@@ -550,19 +550,11 @@ pub(crate) fn call_arguments(
     };
     // A key given twice is refused: serde keeps the last value without a word, and a model
     // or a person would call the tool with a value they did not mean.
-    if let Some(text) = json
-        && let Err(e) = serde_json::from_str::<unique::Unique>(text)
-    {
-        // The message is the key; serde adds where it stands.
-        let message = e.to_string();
-        let suffix = format!(" at line {} column {}", e.line(), e.column());
-        let key = message.strip_suffix(&suffix).unwrap_or(&message);
+    if let Some((key, line, column)) = json.and_then(toolmux::config::duplicate_json_key) {
         bail!(
-            "ARGS_JSON gives the key `{key}` twice in one object (line {}, column {}): give \
-             each key once, as the tool would get only the last value, and a list as one JSON \
-             array (`{{\"{key}\": [1, 2]}}`)",
-            e.line(),
-            e.column()
+            "ARGS_JSON gives the key `{key}` twice in one object (line {line}, column \
+             {column}): give each key once, as the tool would get only the last value, and a \
+             list as one JSON array (`{{\"{key}\": [1, 2]}}`)"
         );
     }
     let mut given: Vec<&str> = Vec::new();
@@ -594,67 +586,6 @@ pub(crate) fn call_arguments(
         arguments.insert(key.to_owned(), value);
     }
     Ok(Value::Object(arguments))
-}
-
-/// A JSON document read only to find keys given twice in one object (`{"a":1,"a":2}`),
-/// nested ones included; its error's message is the key.
-mod unique {
-    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-    use std::collections::HashSet;
-    use std::fmt;
-
-    pub(super) struct Unique;
-
-    impl<'de> Deserialize<'de> for Unique {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
-            d.deserialize_any(Walk)
-        }
-    }
-
-    struct Walk;
-
-    impl<'de> Visitor<'de> for Walk {
-        type Value = Unique;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("any value")
-        }
-
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Unique, E> {
-            Ok(Unique)
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Unique, E> {
-            Ok(Unique)
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Unique, E> {
-            Ok(Unique)
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Unique, E> {
-            Ok(Unique)
-        }
-        fn visit_str<E: de::Error>(self, _: &str) -> Result<Unique, E> {
-            Ok(Unique)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Unique, E> {
-            Ok(Unique)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
-            while seq.next_element::<Unique>()?.is_some() {}
-            Ok(Unique)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
-            let mut seen = HashSet::new();
-            while let Some(key) = map.next_key::<String>()? {
-                if seen.contains(&key) {
-                    // The message is the key alone: [`super::call_arguments`] words it.
-                    return Err(de::Error::custom(key));
-                }
-                map.next_value::<Unique>()?;
-                seen.insert(key);
-            }
-            Ok(Unique)
-        }
-    }
 }
 
 /// Whether serde failed on `text` at a `\uD800`-`\uDFFF` escape without its other half

@@ -899,6 +899,15 @@ fn check_unique_keys(text: &str, format: FileFormat) -> Result<(), Located> {
     }
 }
 
+/// The first key JSON `text` gives twice in one object, nested ones included, with the
+/// line and column where serde stood when it met it again; `None` when every key is given
+/// once, or `text` is no JSON (its own reading says why).
+pub fn duplicate_json_key(text: &str) -> Option<(String, usize, usize)> {
+    let e = serde_json::from_str::<unique::Unique>(text).err()?;
+    let key = unique::twice(&e.to_string())?.to_owned();
+    Some((key, e.line(), e.column()))
+}
+
 /// Line and column of the second occurrence of `key` in the block mapping of YAML `text`
 /// whose first key stands at `start`: the lines at its indentation, until one less indented.
 /// `None` when not found so (a flow mapping, a key written in quotes of another kind).

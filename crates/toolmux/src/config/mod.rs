@@ -16,7 +16,7 @@ pub(crate) use env::{is_secret_by_name, is_secret_setting};
 pub use layers::{
     Layer, LayerKind, Layers, MANAGED_DIR, MANAGED_FILE_NAMES, USER_FILE_NAMES, load_layered,
 };
-pub use load::{FILE_NAMES, FileFormat, Loaded, discover, load, load_str};
+pub use load::{FILE_NAMES, FileFormat, Loaded, discover, duplicate_json_key, load, load_str};
 #[cfg(feature = "fs")]
 pub use toolmux_fs::{CommandLine, CommandToolConfig};
 
