@@ -88,16 +88,22 @@ async fn long_content_comes_in_pages() {
     );
 }
 
-#[tokio::test]
-async fn loopback_and_private_addresses_are_refused_unless_allowed() {
+/// A server of [`PAGE`] on loopback counting its requests: the count, its URL and its port.
+async fn counting_page() -> (Arc<Mutex<usize>>, String, String) {
     let seen = Arc::new(Mutex::new(0));
     let counter = seen.clone();
     let base = serve(move |_| {
-        *counter.lock().unwrap() += 1;
+        *counter.lock().expect("not poisoned") += 1;
         html(PAGE)
     })
     .await;
-    let port = base.rsplit(':').next().unwrap().to_owned();
+    let port = base.rsplit(':').next().expect("a port").to_owned();
+    (seen, base, port)
+}
+
+#[tokio::test]
+async fn loopback_and_private_addresses_are_refused_unless_allowed() {
+    let (seen, base, port) = counting_page().await;
     let web = provider(json!({}));
     for url in [
         format!("{base}/"),
@@ -165,14 +171,7 @@ async fn every_redirect_is_checked_again() {
 /// so was a redirect to it.
 #[tokio::test]
 async fn a_name_resolving_to_a_denied_address_is_refused() {
-    let seen = Arc::new(Mutex::new(0));
-    let counter = seen.clone();
-    let base = serve(move |_| {
-        *counter.lock().unwrap() += 1;
-        html(PAGE)
-    })
-    .await;
-    let port = base.rsplit(':').next().unwrap().to_owned();
+    let (seen, base, port) = counting_page().await;
     let denied = json!({"fetch": {"allowPrivate": true, "deniedHosts": ["127.0.0.1", "[::1]"]}});
     let web = provider(denied);
     for url in [format!("http://localhost:{port}/"), format!("{base}/")] {
