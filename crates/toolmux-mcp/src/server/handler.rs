@@ -475,6 +475,9 @@ pub(crate) struct Gateway {
     /// of its own, beside the client's first requests, so streams taken there would miss
     /// a change after the client's first listing.
     handshake_streams: Arc<Mutex<Option<Streams>>>,
+    /// What a key holder's view showed of each list at `initialize`, for the change
+    /// forwarders `notifications/initialized` starts; empty without a view.
+    handshake_shown: Arc<Mutex<Vec<Shown>>>,
 }
 
 /// What a `subscriptions/listen` request watches: the provider's change and update
@@ -512,11 +515,72 @@ impl Streams {
 }
 
 /// The lists a provider may announce changes of.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum List {
     Tools,
     Prompts,
     Resources,
+}
+
+/// A list as a key holder's view shows it, hashed: the provider's change streams are of
+/// the whole catalog, and a holder is told of a change only when its own list changed, so
+/// it does not learn of tools, prompts or resources outside its view.
+struct Shown {
+    view: Arc<dyn ToolProvider>,
+    list: List,
+    /// `None` when the view could not list it (then every change is told).
+    last: Option<u64>,
+}
+
+impl std::fmt::Debug for Shown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shown").field("list", &self.list).field("last", &self.last).finish()
+    }
+}
+
+impl Shown {
+    /// The three lists of `view`, as they are now.
+    async fn all(view: &Arc<dyn ToolProvider>) -> Vec<Shown> {
+        let mut shown = Vec::new();
+        for list in [List::Tools, List::Prompts, List::Resources] {
+            let last = Shown::print(&**view, list).await;
+            shown.push(Shown { view: view.clone(), list, last });
+        }
+        shown
+    }
+
+    /// Whether the list differs from when last looked at; remembers it as it is now.
+    async fn changed(&mut self) -> bool {
+        let now = Shown::print(&*self.view, self.list).await;
+        let changed = now.is_none() || now != self.last;
+        self.last = now;
+        changed
+    }
+
+    async fn print(view: &dyn ToolProvider, list: List) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let bytes = match list {
+            List::Tools => serde_json::to_vec(&view.list_tools().await.ok()?),
+            List::Prompts => serde_json::to_vec(&view.list_prompts().await.ok()?),
+            List::Resources => {
+                let resources = view.list_resources().await.ok()?;
+                let templates = view.list_resource_templates().await.ok()?;
+                serde_json::to_vec(&(resources, templates))
+            }
+        };
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        bytes.ok()?.hash(&mut hasher);
+        Some(hasher.finish())
+    }
+}
+
+/// Whether a change of `list` is to be told to a client: always without a view, else when
+/// the view's list changed.
+async fn to_tell(shown: &mut [Shown], list: List) -> bool {
+    match shown.iter_mut().find(|s| s.list == list) {
+        Some(shown) => shown.changed().await,
+        None => true,
+    }
 }
 
 /// How a call ended: with a result, or asking the stateless client for input.
@@ -562,6 +626,7 @@ impl Gateway {
             prepared: Arc::default(),
             client_capabilities: Arc::default(),
             handshake_streams: Arc::default(),
+            handshake_shown: Arc::default(),
         }
     }
 
@@ -1201,6 +1266,10 @@ impl ServerHandler for Gateway {
         if negotiated.is_ok() {
             let streams = Streams::of(&*self.shared.provider);
             *self.handshake_streams.lock().unwrap_or_else(|e| e.into_inner()) = Some(streams);
+            if let Some(view) = self.shared.view_of(self.holder(&context).as_deref()) {
+                let shown = Shown::all(&view).await;
+                *self.handshake_shown.lock().unwrap_or_else(|e| e.into_inner()) = shown;
+            }
         }
         negotiated
     }
@@ -1578,6 +1647,8 @@ impl ServerHandler for Gateway {
         // Without an `initialize` answered (a client that never sent one) there is
         // nothing before this to miss.
         let streams = taken.unwrap_or_else(|| Streams::of(&*self.shared.provider));
+        let mut shown =
+            std::mem::take(&mut *self.handshake_shown.lock().unwrap_or_else(|e| e.into_inner()));
         for (changes, list) in [
             (streams.tools, List::Tools),
             (streams.prompts, List::Prompts),
@@ -1589,6 +1660,7 @@ impl ServerHandler for Gateway {
             let peer = context.peer.clone();
             let session = self.session.clone();
             let shared = Arc::downgrade(&self.shared);
+            let mut shown: Vec<Shown> = shown.extract_if(.., |s| s.list == list).collect();
             tokio::spawn(async move {
                 loop {
                     tokio::select! {
@@ -1597,13 +1669,16 @@ impl ServerHandler for Gateway {
                             if !changed {
                                 break;
                             }
+                            if matches!(list, List::Tools)
+                                && let Some(shared) = shared.upgrade()
+                            {
+                                shared.forget_listing();
+                            }
+                            if !to_tell(&mut shown, list).await {
+                                continue;
+                            }
                             let sent = match list {
-                                List::Tools => {
-                                    if let Some(shared) = shared.upgrade() {
-                                        shared.forget_listing();
-                                    }
-                                    peer.notify_tool_list_changed().await
-                                }
+                                List::Tools => peer.notify_tool_list_changed().await,
                                 List::Prompts => peer.notify_prompt_list_changed().await,
                                 List::Resources => peer.notify_resource_list_changed().await,
                             };
@@ -1710,6 +1785,12 @@ impl ServerHandler for Gateway {
                 }
             }
         }
+        // A key holder with a view is told only of changes to its own lists.
+        let view = self.shared.view_of(self.holder(context.request_context()).as_deref());
+        let mut shown = match view {
+            Some(view) => Shown::all(&view).await,
+            None => Vec::new(),
+        };
         loop {
             tokio::select! {
                 () = context.cancelled() => break,
@@ -1722,22 +1803,30 @@ impl ServerHandler for Gateway {
                         break;
                     }
                     self.shared.forget_listing();
-                    if context.sink().notify_tool_list_changed().await.is_err() {
+                    if to_tell(&mut shown, List::Tools).await
+                        && context.sink().notify_tool_list_changed().await.is_err()
+                    {
                         break;
                     }
                 }
                 changed = async { prompt_changes.as_mut()?.next().await.then_some(()) },
                     if prompt_changes.is_some() => {
-                    if changed.is_none()
-                        || context.sink().notify_prompt_list_changed().await.is_err()
+                    if changed.is_none() {
+                        break;
+                    }
+                    if to_tell(&mut shown, List::Prompts).await
+                        && context.sink().notify_prompt_list_changed().await.is_err()
                     {
                         break;
                     }
                 }
                 changed = async { resource_changes.as_mut()?.next().await.then_some(()) },
                     if resource_changes.is_some() => {
-                    if changed.is_none()
-                        || context.sink().notify_resource_list_changed().await.is_err()
+                    if changed.is_none() {
+                        break;
+                    }
+                    if to_tell(&mut shown, List::Resources).await
+                        && context.sink().notify_resource_list_changed().await.is_err()
                     {
                         break;
                     }

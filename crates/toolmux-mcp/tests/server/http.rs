@@ -659,3 +659,107 @@ async fn a_listen_ended_without_a_cancel_lets_go_of_its_resources() {
         }
     }
 }
+
+/// The mock as a key holder's view shows it: without its tools named `hidden_*`.
+#[derive(Debug)]
+struct HidingTools(Arc<MockProvider>);
+
+#[async_trait::async_trait]
+impl ToolProvider for HidingTools {
+    fn kind(&self) -> toolmux_core::ToolKind {
+        self.0.kind()
+    }
+
+    fn namespace(&self) -> &str {
+        self.0.namespace()
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, toolmux_core::ToolError> {
+        let tools = self.0.list_tools().await?;
+        Ok(tools.into_iter().filter(|t| !t.name.starts_with("hidden_")).collect())
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &toolmux_core::CallContext,
+    ) -> Result<toolmux_core::ToolOutput, toolmux_core::ToolError> {
+        self.0.call(name, arguments, ctx).await
+    }
+}
+
+/// A client of `server` over the handshake revisions sending `key`.
+async fn keyed_client(
+    server: &HttpServer,
+    key: &str,
+) -> (crate::support::Client, crate::support::Recorder) {
+    use rmcp::service::ClientServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    crate::support::install_crypto();
+    let config = StreamableHttpClientTransportConfig::with_uri(server.url()).auth_header(key);
+    let transport = StreamableHttpClientTransport::from_config(config);
+    let recorder = crate::support::Recorder::default();
+    let mode = rmcp::service::ClientLifecycleMode::Initialize;
+    let client = within(recorder.clone().serve_with_lifecycle(transport, mode))
+        .await
+        .expect("client connects");
+    (client, recorder)
+}
+
+/// A key holder whose view hides tools is told the tool list changed only when its own
+/// list did, over a session and over `subscriptions/listen` alike: a tool it cannot see
+/// coming or going was announced to it, telling it of tools outside its view.
+#[tokio::test]
+async fn a_key_holder_hears_only_of_changes_to_its_own_lists() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("a", Behavior::Echo));
+    let keys = ApiKeys::new(vec![
+        ApiKey { name: "alice".into(), key: "alice-key-0123456789".into() },
+        ApiKey { name: "bob".into(), key: "bob-key-0123456789ab".into() },
+    ]);
+    let view = Arc::new(HidingTools(mock.clone()));
+    let options = ServeOptions {
+        api_keys: keys,
+        views: Some(Arc::new(BobsView(view))),
+        ..Default::default()
+    };
+    let server = HttpServer::start(mock.clone(), options).await;
+    let (alice, heard_by_alice) = keyed_client(&server, "alice-key-0123456789").await;
+    let (bob, heard_by_bob) = keyed_client(&server, "bob-key-0123456789ab").await;
+    let listening_bob = stateless_client(&server, "bob-key-0123456789ab").await;
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let mut listen = within(listening_bob.listen(filter)).await.unwrap();
+    // The sessions' notification streams are up once they have listed.
+    for client in [&alice, &bob] {
+        within(client.list_all_tools()).await.unwrap();
+    }
+    mock.add_tool("hidden_b", Behavior::Echo);
+    let alice_heard = |n: usize| {
+        let heard = heard_by_alice.list_changed.clone();
+        move || {
+            let heard = heard.clone();
+            async move { heard.load(Ordering::SeqCst) >= n }
+        }
+    };
+    eventually("alice hears of hidden_b", alice_heard(1)).await;
+    // Past the time the change takes to settle and be told.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(heard_by_bob.list_changed.load(Ordering::SeqCst), 0, "bob heard of hidden_b");
+    mock.add_tool("c", Behavior::Echo);
+    eventually("alice hears of c", alice_heard(2)).await;
+    eventually("bob hears of c", || async {
+        heard_by_bob.list_changed.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    // Bob's listen's first notification is of `c`, not of `hidden_b`: nothing came before it.
+    let first = within(listen.next()).await.unwrap().expect("a notification");
+    assert_eq!(serde_json::to_value(&first).unwrap()["method"], "notifications/tools/list_changed");
+    let more = tokio::time::timeout(std::time::Duration::from_millis(300), listen.next()).await;
+    assert!(more.is_err(), "a second notification: {more:?}");
+    assert_eq!(heard_by_bob.list_changed.load(Ordering::SeqCst), 1);
+    for client in [alice, bob, listening_bob] {
+        within(client.cancel()).await.unwrap();
+    }
+    server.stop().await;
+}
