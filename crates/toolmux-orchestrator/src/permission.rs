@@ -738,6 +738,24 @@ mod tests {
             assert_eq!(verdict(&judge_command(&touchy, "fs__bash", line)), "deny", "{line}");
         }
         assert_eq!(verdict(&judge_command(&touchy, "fs__bash", "bash build.sh")), "allow");
+        // Stacked wrappers do not hide a denied or asked command: it is found a few
+        // wrappers down, and asked about when it is further down than is looked.
+        let stacked = PermissionRules::default()
+            .allow("fs__bash(*)")
+            .deny("fs__bash(rm *)")
+            .ask("fs__bash(git push *)");
+        for (line, want) in [
+            ("env env env env env env rm -rf x", "deny"),
+            ("command command command command command command rm -rf x", "deny"),
+            ("sudo sudo sudo sudo sudo sudo rm -rf x", "deny"),
+            ("nice nice nice nice nice nice git push origin", "ask"),
+            (&format!("{}rm -rf x", "env ".repeat(50)), "ask"),
+            (&format!("{}git push origin", "nice ".repeat(50)), "ask"),
+            (&format!("{}ls", "env ".repeat(50)), "ask"),
+            ("env env env env env env ls", "allow"),
+        ] {
+            assert_eq!(verdict(&judge_command(&stacked, "fs__bash", line)), want, "{line}");
+        }
         assert_eq!(verdict(&judge_command(&guarded, "fs__bash", "echo $X")), "allow");
         assert_eq!(verdict(&judge_command(&everything, "fs__bash", "$X -rf x")), "allow");
         // A plain deny decides without looking at calls.

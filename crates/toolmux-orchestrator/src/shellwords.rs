@@ -25,10 +25,23 @@ pub(crate) const SHELL_READS_COMMANDS: &str = "a shell that reads its commands f
 pub(crate) const ODD_SPACE: &str =
     "a space or control character that bash does not split words at (only spaces and tabs)";
 
+/// Why a line is opaque when a command runs under more wrappers or lines within lines
+/// than are looked through (`env env … env rm x`): what runs at the bottom is not seen.
+pub(crate) const WRAPPED_TOO_DEEP: &str = "commands under more wrappers than are looked through";
+
+/// How many wrappers (`env`, `sudo`, `nice`, leading assignments, …) are looked through
+/// for the command they run. Each takes words off the front and splits nothing, so the
+/// limit only bounds the work on absurd lines.
+const MAX_WRAPPERS: usize = 32;
+
+/// How many lines within lines (`bash -c`, `eval`, `su -c`, …) are looked through. Each
+/// splits its line again, so this limit is small.
+const MAX_LINES: usize = 5;
+
 /// Whether a line opaque for `why` hides what it runs from deny and ask rules too, not
 /// only from allow rules.
 pub(crate) fn hides_commands(why: Option<&str>) -> bool {
-    matches!(why, Some(w) if w == NAMED_BY_EXPANSION || w == SHELL_READS_COMMANDS)
+    matches!(why, Some(w) if w == NAMED_BY_EXPANSION || w == SHELL_READS_COMMANDS || w == WRAPPED_TOO_DEEP)
 }
 
 /// One line, split.
@@ -209,7 +222,7 @@ fn split_words(line: &str) -> Line {
         .iter()
         .map(|c| {
             let mut found = Found::default();
-            inner(c, 0, &mut found);
+            inner(c, (0, 0), &mut found);
             found
         })
         .collect();
@@ -462,7 +475,7 @@ const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "ash", "fish"];
 /// assignments left off. For deny rules, which must not be dodged by wrapping.
 pub(crate) fn inner_commands(words: &[String]) -> Vec<Vec<String>> {
     let mut found = Found::default();
-    inner(words, 0, &mut found);
+    inner(words, (0, 0), &mut found);
     found.commands
 }
 
@@ -473,16 +486,28 @@ struct Found {
     hidden: Option<&'static str>,
 }
 
-fn inner(words: &[String], depth: usize, found: &mut Found) {
-    if depth > 4 || words.is_empty() {
+/// Adds what `words` runs to `found`, `depth` lines and wrappers down.
+fn inner(words: &[String], depth: (usize, usize), found: &mut Found) {
+    if words.is_empty() {
         return;
     }
-    let add = |found: &mut Found, command: Vec<String>| {
-        if !command.is_empty() && !found.commands.contains(&command) {
-            found.commands.push(command.clone());
-            inner(&command, depth + 1, found);
+    let (lines, wrappers) = depth;
+    // A command run by this one, through a line of its own (`bash -c`) or not (`env`).
+    let add_through = |found: &mut Found, command: Vec<String>, through_line: bool| {
+        if command.is_empty() || found.commands.contains(&command) {
+            return;
         }
+        let depth = if through_line { (lines + 1, wrappers) } else { (lines, wrappers + 1) };
+        // Past the limits, a command still to be unwrapped is not looked at: deny and ask
+        // rules are told they cannot see it, rather than missing it unsaid.
+        if depth.0 > MAX_LINES || depth.1 > MAX_WRAPPERS {
+            found.hidden = found.hidden.or(Some(WRAPPED_TOO_DEEP));
+            return;
+        }
+        found.commands.push(command.clone());
+        inner(&command, depth, found);
     };
+    let add = |found: &mut Found, command: Vec<String>| add_through(found, command, false);
     // A line run by the command: its commands, and whether it hides some.
     let add_line = |found: &mut Found, line: &str| {
         let line = split(line);
@@ -490,7 +515,7 @@ fn inner(words: &[String], depth: usize, found: &mut Found) {
             found.hidden = found.hidden.or(line.opaque);
         }
         for command in line.commands {
-            add(found, command);
+            add_through(found, command, true);
         }
     };
     let assignments = words.iter().take_while(|w| is_assignment(w)).count();
