@@ -222,8 +222,7 @@ pub(crate) fn grep(
     let show = Show {
         numbers: args.line_numbers.unwrap_or(true),
         line_chars: limits.line_chars,
-        context: mode == OutputMode::Content
-            && args.before.or(args.after).or(args.context).unwrap_or(0) > 0,
+        context: mode == OutputMode::Content && context_lines(&args) > 0,
         multiline,
     };
     // The output lines a page can show: `offset + head_limit`, and the context separator
@@ -424,6 +423,12 @@ fn append_line(output: &mut ToolOutput, note: String) {
 }
 
 /// Refuses arguments that would be ignored or contradict each other, saying what to do.
+/// The most context lines asked for on either side of a match: `-A`, `-B` and `-C` all
+/// count, so `-B 0` given beside `-A 2` still asks for context.
+fn context_lines(args: &GrepArgs) -> usize {
+    [args.before, args.after, args.context].into_iter().flatten().max().unwrap_or(0)
+}
+
 fn check_combinations(args: &GrepArgs, mode: OutputMode) -> Result<(), String> {
     let mode_name = match mode {
         OutputMode::Content => "content",
@@ -438,7 +443,7 @@ fn check_combinations(args: &GrepArgs, mode: OutputMode) -> Result<(), String> {
                  drop `-o`"
             ));
         }
-        if args.before.or(args.after).or(args.context).is_some_and(|n| n > 0) {
+        if context_lines(args) > 0 {
             return Err("`-o` shows only the matching parts of lines, so it takes no context \
                         lines: drop `-A`, `-B` and `-C`, or drop `-o` to see whole lines"
                 .into());

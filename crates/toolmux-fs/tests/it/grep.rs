@@ -174,6 +174,18 @@ async fn context_lines() {
         a.txt-7-7
         a.txt:8:hit"#]]
     .assert_eq(&fx.ok("grep", json!({"pattern": "hit", "output_mode": "content", "-B": 1})).await);
+    // A side given as 0 beside one that is not still separates the groups (the first value
+    // given counted, so `-B 0` hid the `--`).
+    for zero in ["-B", "-C"] {
+        let args = json!({"pattern": "hit", "output_mode": "content", zero: 0, "-A": 1});
+        expect![[r#"
+            a.txt:3:hit
+            a.txt-4-4
+            --
+            a.txt:8:hit
+            a.txt-9-9"#]]
+        .assert_eq(&fx.ok("grep", args).await);
+    }
 }
 
 #[tokio::test]
@@ -554,6 +566,9 @@ async fn only_matching_outside_content_mode_or_with_context_is_refused() {
         &fx.err("grep", json!({"pattern": "needle", "-o": true, "output_mode": "content", "-C": 2}))
             .await,
     );
+    // Context on one side is context, whatever the other side says.
+    let args = json!({"pattern": "needle", "-o": true, "output_mode": "content", "-B": 0, "-A": 2});
+    assert!(fx.err("grep", args).await.contains("so it takes no context lines"));
 }
 
 #[tokio::test]
