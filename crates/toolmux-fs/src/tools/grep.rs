@@ -12,7 +12,7 @@ use grep_searcher::{
     BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
 };
 use ignore::WalkState;
-use ignore::overrides::OverrideBuilder;
+use ignore::overrides::{Override, OverrideBuilder};
 use ignore::types::TypesBuilder;
 use regex::bytes::{Regex, RegexBuilder};
 use schemars::JsonSchema;
@@ -259,8 +259,17 @@ pub(crate) fn grep(
                 return WalkState::Continue;
             }
             // A file named by `path` (depth 0) is searched whatever the filters say.
+            // A negated glob leaves out a folder's files too (`!lib` and `!lib/` as `!lib/**`,
+            // as ripgrep's `--glob` does): the folders between `path` and the file are
+            // matched as folders.
+            let glob_out = |g: &Override| {
+                g.matched(entry.path(), false).is_ignore()
+                    || (entry.path().ancestors().skip(1))
+                        .take(entry.depth().saturating_sub(1))
+                        .any(|folder| g.matched(folder, true).is_ignore())
+            };
             let filtered_out = entry.depth() > 0
-                && (glob.as_ref().is_some_and(|g| g.matched(entry.path(), false).is_ignore())
+                && (glob.as_ref().is_some_and(glob_out)
                     || types.as_ref().is_some_and(|t| t.matched(entry.path(), false).is_ignore()));
             if filtered_out {
                 return WalkState::Continue;

@@ -744,6 +744,15 @@ async fn glob_and_type_do_not_search_hidden_or_ignored_files() {
     }
     // A negated glob leaves files out and keeps the rest.
     assert_eq!(fx.ok("grep", json!({"pattern": "needle", "glob": "!lib/**"})).await, "app.js");
+    // One naming a folder leaves out the files beneath it, as ripgrep's does.
+    for glob in ["!lib", "!lib/", "!li?"] {
+        assert_eq!(fx.ok("grep", json!({"pattern": "needle", "glob": glob})).await, "app.js");
+    }
+    // A folder named by `path` is searched as a file so named is.
+    assert_eq!(
+        fx.ok("grep", grep(json!({"path": "lib", "glob": "!lib"}))).await,
+        "lib/util.js:1\nlib/util.py:1\n[2 matching lines in 2 files]"
+    );
     // A file named by `path` is searched whatever the filters say, as ripgrep does.
     assert_eq!(
         fx.ok("grep", json!({"pattern": "needle", "path": "lib/util.py", "glob": "*.js"})).await,
