@@ -46,16 +46,38 @@ pub fn path_match(pattern: &str, path: &str) -> bool {
         parts.insert(0, "**");
     }
     let names: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
-    (1..=names.len()).any(|end| segments_match(&parts, &names[..end]))
+    // The parts matched so far, as the set of part indices reachable after each name (a
+    // `**` keeps its index for any number of names): one pass over the names, so the path
+    // and every directory above it are judged together, in time linear in each.
+    let mut reached = vec![false; parts.len() + 1];
+    reached[0] = true;
+    skip_double_stars(&parts, &mut reached);
+    for name in names {
+        let mut next = vec![false; parts.len() + 1];
+        for (at, part) in parts.iter().enumerate().filter(|&(at, _)| reached[at]) {
+            if *part == "**" {
+                next[at] = true;
+            } else if glob_match(part, name) {
+                next[at + 1] = true;
+            }
+        }
+        skip_double_stars(&parts, &mut next);
+        if next[parts.len()] {
+            return true;
+        }
+        if !next.contains(&true) {
+            return false;
+        }
+        reached = next;
+    }
+    false
 }
 
-fn segments_match(parts: &[&str], names: &[&str]) -> bool {
-    match parts.split_first() {
-        None => names.is_empty(),
-        Some((&"**", rest)) => (0..=names.len()).any(|skip| segments_match(rest, &names[skip..])),
-        Some((part, rest)) => {
-            names.first().is_some_and(|name| glob_match(part, name))
-                && segments_match(rest, &names[1..])
+/// Adds to `reached` the part indices past each reached `**`, which may match no name.
+fn skip_double_stars(parts: &[&str], reached: &mut [bool]) {
+    for (at, part) in parts.iter().enumerate() {
+        if reached[at] && *part == "**" {
+            reached[at + 1] = true;
         }
     }
 }
@@ -86,9 +108,22 @@ mod tests {
             ("**", "any/thing", true),
             ("./docs/**", "docs/a.md", true),
             ("docs", "documents/a.md", false),
+            ("a/**/**/b", "a/b", true),
+            ("a/**/b/**", "a/x/y/b", true),
+            ("**/b/**/c", "b/x/b/y/c/z", true),
+            ("**/b/**/c", "b/x/y", false),
         ] {
             assert_eq!(path_match(pattern, path), want, "{pattern} vs {path}");
         }
+    }
+
+    /// A pattern with two `**` against a deep path that does not match takes one pass over
+    /// it, not a search over every way to split it (about 1e9 steps here before).
+    #[test]
+    fn double_stars_do_not_backtrack() {
+        let path = format!("{}x.txt", ".github/".repeat(2000));
+        assert!(!path_match("**/.github/**/*.yml", &path));
+        assert!(path_match("**/.github/**/*.txt", &path));
     }
 
     #[test]
