@@ -747,9 +747,11 @@ impl Workspace {
         });
         let existing = mode.map(|mode| std::fs::Permissions::from_mode(mode & !set_id));
         static COUNTER: AtomicU64 = AtomicU64::new(0);
+        // The name is cut short so that the temporary name stays within the system's limit
+        // of 255 bytes a name (`NAME_MAX`) however long the file's own name is.
         let temp = format!(
             ".{}.toolmux-{}-{}.tmp",
-            name.to_string_lossy(),
+            name_prefix(&name.to_string_lossy(), TEMP_NAME_KEPT_BYTES),
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
@@ -865,13 +867,26 @@ impl Written {
     }
 }
 
-/// `path` without its `.` components (cap-std canonicalizes the root to `.`).
+/// The most bytes of a file's name its temporary file's name repeats: the rest of that
+/// name (a dot, the process id, a counter and the suffix) takes at most 53 more bytes.
+const TEMP_NAME_KEPT_BYTES: usize = 128;
+
+/// The longest start of `name` of at most `max` bytes that ends on a character boundary.
+fn name_prefix(name: &str, max: usize) -> &str {
+    let mut end = name.len().min(max);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
 /// Symbolic links followed in a row before a path is given up as a loop (Linux's limit).
 const MAX_LINKS: usize = 40;
 
 /// The most names of a folder read for a path's close names ([`Workspace::close_path`]).
 const MAX_SUGGESTION_ENTRIES: usize = 1000;
 
+/// `path` without its `.` components (cap-std canonicalizes the root to `.`).
 fn without_dots(path: &Path) -> PathBuf {
     path.components().filter(|c| !matches!(c, Component::CurDir)).collect()
 }

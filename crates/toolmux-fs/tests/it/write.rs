@@ -490,3 +490,26 @@ async fn rewriting_a_set_id_file_clears_the_bits_and_says_so() {
     assert!(!out.contains("cleared"), "{out}");
     assert_eq!(mode("lock.txt"), 0o2644);
 }
+
+/// A file whose name is near the system's limit of 255 bytes is written, edited and patched
+/// like any other: the temporary file beside it once repeated the whole name, which took it
+/// past the limit, and each change failed with "File name too long". A name of multi-byte
+/// characters is cut on a character boundary.
+#[tokio::test]
+async fn a_file_with_a_long_name_is_written_and_edited() {
+    let fx = Fixture::new();
+    for name in ["n".repeat(250), format!("{}.txt", "é".repeat(125))] {
+        fx.put(&name, "one\n");
+        fx.ok("read", json!({"path": name})).await;
+        fx.ok("write", json!({"path": name, "content": "two\n"})).await;
+        let edit = json!({"path": name, "old_string": "two", "new_string": "three"});
+        fx.ok("edit", edit).await;
+        let patch =
+            format!("*** Begin Patch\n*** Update File: {name}\n-three\n+four\n*** End Patch");
+        fx.ok("apply_patch", json!({"input": patch})).await;
+        assert_eq!(fx.get(&name), "four\n");
+    }
+    let names: Vec<_> =
+        std::fs::read_dir(fx.root()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 2, "no temporary file is left: {names:?}");
+}
