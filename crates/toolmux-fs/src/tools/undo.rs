@@ -66,6 +66,9 @@ pub(crate) struct Touched {
 /// One call's change.
 #[derive(Debug, Clone)]
 struct Change {
+    /// Which change of its run it is, counted from 1 in the order they were made: a change
+    /// put back after a refused undo goes back to its place by it.
+    id: u64,
     tool: &'static str,
     files: Vec<Touched>,
 }
@@ -84,6 +87,17 @@ pub(crate) struct Changes(Mutex<Runs>);
 struct Runs {
     runs: HashMap<String, VecDeque<Change>>,
     order: VecDeque<String>,
+    /// The last [`Change::id`] given.
+    last_id: u64,
+}
+
+/// A change [`Changes::take`] took out of the record, with where it was.
+#[derive(Debug)]
+struct Taken {
+    change: Change,
+    /// The index its file had among the files of its change when only that file of it was
+    /// taken (`undo` with `path`), the rest staying in the record.
+    split_at: Option<usize>,
 }
 
 impl Changes {
@@ -98,8 +112,9 @@ impl Changes {
         if files.is_empty() {
             return;
         }
-        let change = Change { tool, files };
         let mut runs = self.lock();
+        runs.last_id += 1;
+        let change = Change { id: runs.last_id, tool, files };
         if !runs.runs.contains_key(run) {
             if runs.order.len() >= RUNS_KEPT
                 && let Some(oldest) = runs.order.pop_front()
@@ -125,19 +140,25 @@ impl Changes {
     /// Takes the change to undo out of the record: the run's last, or the last that
     /// touched `file` (where a path leads, as [`Touched::target`]; only that file of it);
     /// `None` when there is none.
-    fn take(&self, run: &str, file: Option<&Path>) -> Option<Change> {
+    fn take(&self, run: &str, file: Option<&Path>) -> Option<Taken> {
         let mut runs = self.lock();
         let kept = runs.runs.get_mut(run)?;
-        let Some(file) = file else { return kept.pop_back() };
+        let Some(file) = file else {
+            return kept.pop_back().map(|change| Taken { change, split_at: None });
+        };
         let at = kept.iter().rposition(|c| c.files.iter().any(|f| f.target == file))?;
         let change = &mut kept[at];
         let index = change.files.iter().position(|f| f.target == file)?;
         let touched = change.files.remove(index);
-        let tool = change.tool;
-        if change.files.is_empty() {
-            kept.remove(at);
-        }
-        Some(Change { tool, files: vec![touched] })
+        let (id, tool) = (change.id, change.tool);
+        let split_at = match change.files.is_empty() {
+            true => {
+                kept.remove(at);
+                None
+            }
+            false => Some(index),
+        };
+        Some(Taken { change: Change { id, tool, files: vec![touched] }, split_at })
     }
 
     /// Forgets the changes of `run` that touched `file` (a [`Touched::target`]): a change
@@ -148,9 +169,24 @@ impl Changes {
         }
     }
 
-    /// Puts a change taken out back, when undoing it was refused.
-    fn put_back(&self, run: &str, change: Change) {
-        self.lock().runs.entry(run.to_owned()).or_default().push_back(change);
+    /// Puts a change taken out back where it was, when undoing it was refused: a file
+    /// taken out of a change goes back into it, and a change goes back among the others
+    /// in the order they were made (put last, a plain `undo` would take it again, and be
+    /// refused again, rather than undo the change after it).
+    fn put_back(&self, run: &str, taken: Taken) {
+        let mut runs = self.lock();
+        let kept = runs.runs.entry(run.to_owned()).or_default();
+        let Taken { change, split_at } = taken;
+        if let Some(index) = split_at
+            && let Some(whole) = kept.iter_mut().find(|c| c.id == change.id)
+        {
+            for touched in change.files.into_iter().rev() {
+                whole.files.insert(index.min(whole.files.len()), touched);
+            }
+            return;
+        }
+        let at = kept.iter().position(|c| c.id > change.id).unwrap_or(kept.len());
+        kept.insert(at, change);
     }
 }
 
@@ -207,7 +243,7 @@ pub(crate) fn undo(ws: &Workspace, run: &str, args: UndoArgs) -> Result<ToolOutp
         }
         None => None,
     };
-    let Some(change) = ws.changes().take(run, file.as_ref().map(|(_, p)| p.as_path())) else {
+    let Some(taken) = ws.changes().take(run, file.as_ref().map(|(_, p)| p.as_path())) else {
         let message = match &file {
             Some((given, _)) => format!(
                 "no change to `{given}` is kept for this run: only changes made with write, \
@@ -221,7 +257,8 @@ pub(crate) fn undo(ws: &Workspace, run: &str, args: UndoArgs) -> Result<ToolOutp
         };
         return Err(FsError::InvalidArguments { tool: "undo", message });
     };
-    match put_back(ws, run, &change) {
+    let change = &taken.change;
+    match put_back(ws, run, change) {
         Ok(done) => Ok(ToolOutput::text(format!(
             "undid the `{}` of {}:\n{}",
             change.tool,
@@ -233,7 +270,7 @@ pub(crate) fn undo(ws: &Workspace, run: &str, args: UndoArgs) -> Result<ToolOutp
             json!(change.files.iter().map(|f| &f.path.given).collect::<Vec<_>>()),
         )),
         Err(error) => {
-            ws.changes().put_back(run, change);
+            ws.changes().put_back(run, taken);
             Err(error)
         }
     }

@@ -123,6 +123,40 @@ async fn a_file_changed_since_is_left_alone() {
     assert_eq!((fx.get("a.txt"), fx.get("b.txt")), ("x\n".to_owned(), "y\n".to_owned()));
 }
 
+/// A refused undo of one file leaves the record as it was: the change stays in its place
+/// (it went last, so a plain `undo` took it again and was refused naming it, rather than
+/// undo the change after it) and the file goes back into its change.
+#[tokio::test]
+async fn a_refused_undo_of_one_file_keeps_the_changes_in_order() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "x\n");
+    fx.put("c.txt", "z\n");
+    fx.ok("read", json!({"path": "a.txt"})).await;
+    fx.ok("read", json!({"path": "c.txt"})).await;
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-x\n+X\n*** Update File: c.txt\n@@\n-z\n+Z\n*** End Patch";
+    fx.ok("apply_patch", json!({"input": patch})).await;
+    fx.ok("write", json!({"path": "b.txt", "content": "new\n"})).await;
+    fx.ok("write", json!({"path": "d.txt", "content": "new\n"})).await;
+    fx.put("a.txt", "X, and more by a command\n");
+    fx.put("d.txt", "new, and more by a command\n");
+    for path in ["a.txt", "d.txt"] {
+        let refused = fx.err("undo", json!({"path": path})).await;
+        assert!(refused.contains(&format!("`{path}` changed since")), "{refused}");
+    }
+    fx.put("d.txt", "new\n");
+    let out = fx.ok("undo", json!({})).await;
+    assert!(out.contains("undid the `write` of 1 file") && out.contains("`d.txt`"), "{out}");
+    let out = fx.ok("undo", json!({})).await;
+    assert!(out.contains("undid the `write` of 1 file") && out.contains("`b.txt`"), "{out}");
+    assert!(!fx.root().join("b.txt").exists());
+    let refused = fx.err("undo", json!({})).await;
+    assert!(refused.contains("`a.txt` changed since the `apply_patch`"), "{refused}");
+    fx.put("a.txt", "X\n");
+    let out = fx.ok("undo", json!({})).await;
+    assert!(out.contains("undid the `apply_patch` of 2 files"), "{out}");
+    assert_eq!((fx.get("a.txt"), fx.get("c.txt")), ("x\n".to_owned(), "z\n".to_owned()));
+}
+
 /// Each run undoes its own changes only.
 #[tokio::test]
 async fn runs_undo_their_own_changes() {
