@@ -36,10 +36,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
     ApprovalDecision, ApprovalRequest, CallContext, Completion, CompletionRequest, ContentPart,
-    Health, InteractionHandler, JsonObject, Op, ProgressSink, Prompt, PromptSpec, ProviderHealth,
-    Relayed, ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdateNotifier,
-    ResourceUpdates, ToolCall, ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput,
-    ToolProvider, ToolResult, ToolSpec, naming,
+    Health, InteractionHandler, JsonObject, LogMessage, LogSink, Op, ProgressSink, Prompt,
+    PromptSpec, ProviderHealth, Relayed, ResourceContents, ResourceSpec, ResourceTemplate,
+    ResourceUpdateNotifier, ResourceUpdates, ToolCall, ToolError, ToolKind, ToolListChanges,
+    ToolListNotifier, ToolOutput, ToolProvider, ToolResult, ToolSpec, naming,
 };
 use tracing::Instrument as _;
 
@@ -297,7 +297,7 @@ impl OrchestratorBuilder {
                 events,
                 before: self.before,
                 after: self.after,
-                redactor: Redactor::new(self.secrets),
+                redactor: Arc::new(Redactor::new(self.secrets)),
                 runs: Mutex::new(Runs::default()),
                 budget_set: AtomicBool::new(false),
                 generation: Mutex::new(Arc::new(CancellationToken::new())),
@@ -597,7 +597,8 @@ struct Inner {
     events: broadcast::Sender<ToolEvent>,
     before: Vec<Scoped<dyn BeforeHook>>,
     after: Vec<Scoped<dyn AfterHook>>,
-    redactor: Redactor,
+    /// Shared with the progress and log sinks a call's provider is given.
+    redactor: Arc<Redactor>,
     runs: Mutex<Runs>,
     /// A run's context budget was set ([`Orchestrator::set_context_budget`]): runs are
     /// tracked from then on even when the configuration sets no budget.
@@ -2779,6 +2780,9 @@ impl Orchestrator {
                         listens,
                     ));
                 }
+                if let Some(sink) = self.log_sink(ctx) {
+                    provider_ctx = provider_ctx.with_log(sink);
+                }
                 (Cow::Owned(provider_ctx), Some(call_token))
             };
         let stop = || {
@@ -2984,15 +2988,21 @@ impl Orchestrator {
         listens: bool,
     ) -> ProgressSink {
         let upstream = ctx.progress_sink().cloned();
+        // A progress message is the server's text, passed on to clients and listeners.
+        let redactor = (!self.inner.redactor.is_empty()).then(|| self.inner.redactor.clone());
         // Nothing to add: the caller's own sink, rather than one more closure around it.
-        if let (None, false, Some(upstream)) = (last_progress, listens, &upstream) {
+        if let (None, false, None, Some(upstream)) = (last_progress, listens, &redactor, &upstream)
+        {
             return upstream.clone();
         }
         let last = last_progress.cloned();
         let events = listens.then(|| self.inner.events.clone());
         let tool = entry.name.clone();
         let op_id = op.id();
-        ProgressSink::new(move |progress| {
+        ProgressSink::new(move |mut progress| {
+            if let (Some(redactor), Some(message)) = (&redactor, &mut progress.message) {
+                redactor.redact_in_place(message);
+            }
             if let Some(last) = &last {
                 // At least 1: 0 is no progress yet.
                 last.store((start.elapsed().as_micros() as u64).max(1), Ordering::Relaxed);
@@ -3008,6 +3018,23 @@ impl Orchestrator {
                 sink.report(progress);
             }
         })
+    }
+
+    /// The caller's log sink with the configuration's secrets redacted from each line (a
+    /// server's text, passed on to clients), when there are secrets and a sink.
+    fn log_sink(&self, ctx: &CallContext) -> Option<LogSink> {
+        if self.inner.redactor.is_empty() {
+            return None;
+        }
+        let upstream = ctx.log_sink()?.clone();
+        let redactor = self.inner.redactor.clone();
+        Some(LogSink::new(move |mut message: LogMessage| {
+            redactor.redact_json(&mut message.data);
+            if let Some(logger) = &mut message.logger {
+                redactor.redact_in_place(logger);
+            }
+            upstream.log(message);
+        }))
     }
 
     /// Structured content over the size cap. A tool that declares no output schema loses

@@ -274,3 +274,42 @@ async fn a_call_dropped_halfway_is_accounted_for() {
     assert_eq!(o.run_flags("r").tool_time_ms, 2000);
     assert_eq!(o.calls_in_flight(), 0);
 }
+
+/// A progress message and a log line are the server's text, passed on to the caller's
+/// sinks (an MCP client) and to listeners (`/api/events`): secrets are redacted from
+/// them as from results. (They went out as the server wrote them.)
+#[tokio::test(start_paused = true)]
+async fn secrets_are_redacted_from_progress_and_log_lines() {
+    use toolmux_core::{LogLevel, LogMessage, LogSink, Progress, ToolKind, ToolSet, ToolSpec};
+    let spec = ToolSpec::new("tell", "Reports progress and logs", json!({"type": "object"}));
+    let tool =
+        ToolSet::new("m", ToolKind::Builtin).with_tool(spec, |_, ctx: CallContext| async move {
+            let mut progress = Progress::new(1.0, Some(2.0));
+            progress.message = Some("token s3cr3t-value".into());
+            ctx.report_progress(progress);
+            ctx.log_text(LogLevel::Info, "token s3cr3t-value");
+            Ok(toolmux_core::ToolOutput::text("done"))
+        });
+    let o = crate::start_with_secret(Arc::new(tool)).await;
+    let mut events = o.subscribe();
+    let (messages, lines) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
+    let progress = {
+        let messages = messages.clone();
+        ProgressSink::new(move |p| messages.lock().unwrap().push(p.message))
+    };
+    let log = {
+        let lines = lines.clone();
+        LogSink::new(move |m: LogMessage| lines.lock().unwrap().push(m.data))
+    };
+    let ctx = CallContext::new().with_progress(progress).with_log(log);
+    assert!(o.execute(ToolCall::new("m__tell", json!({})), &ctx).await.ok);
+    assert_eq!(*messages.lock().unwrap(), [Some("token [redacted]".to_owned())]);
+    assert_eq!(*lines.lock().unwrap(), [json!("token [redacted]")]);
+    let mut told = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let ToolEvent::ToolProgress { progress, .. } = event {
+            told.push(progress.message);
+        }
+    }
+    assert_eq!(told, [Some("token [redacted]".to_owned())]);
+}
