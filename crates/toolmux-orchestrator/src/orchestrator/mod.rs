@@ -1612,6 +1612,10 @@ impl Orchestrator {
                     *text = clean;
                 }
             }
+            // An MCP server's `_meta`, printed by `toolmux tools call --json`.
+            for value in result.extras.values_mut() {
+                redactor.redact_json(value);
+            }
         }
         (result, kept)
     }
@@ -3560,30 +3564,36 @@ impl ToolProvider for Orchestrator {
 /// JSON answer that echoes a key, a `next` link that carries one).
 fn redact_output(redactor: &Redactor, output: &mut ToolOutput) {
     for part in &mut output.content {
-        match part {
-            ContentPart::Text { text } => redactor.redact_in_place(text),
-            ContentPart::Json { value } => redactor.redact_json(value),
-            ContentPart::Resource { uri, text, .. } => {
-                redactor.redact_in_place(uri);
-                if let Some(text) = text {
-                    redactor.redact_in_place(text);
-                }
-            }
-            ContentPart::ResourceLink { uri, name, description, .. } => {
-                redactor.redact_in_place(uri);
-                redactor.redact_in_place(name);
-                if let Some(description) = description {
-                    redactor.redact_in_place(description);
-                }
-            }
-            _ => {}
-        }
+        redact_part(redactor, part);
     }
     if let Some(structured) = &mut output.structured {
         redactor.redact_json(structured);
     }
     for value in output.extras.values_mut() {
         redactor.redact_json(value);
+    }
+}
+
+/// `part` with the configuration's secrets redacted from whatever text it carries: a text
+/// or JSON part, an embedded resource's URI and text, a link's URI, name and description.
+fn redact_part(redactor: &Redactor, part: &mut ContentPart) {
+    match part {
+        ContentPart::Text { text } => redactor.redact_in_place(text),
+        ContentPart::Json { value } => redactor.redact_json(value),
+        ContentPart::Resource { uri, text, .. } => {
+            redactor.redact_in_place(uri);
+            if let Some(text) = text {
+                redactor.redact_in_place(text);
+            }
+        }
+        ContentPart::ResourceLink { uri, name, description, .. } => {
+            redactor.redact_in_place(uri);
+            redactor.redact_in_place(name);
+            if let Some(description) = description {
+                redactor.redact_in_place(description);
+            }
+        }
+        _ => {}
     }
 }
 

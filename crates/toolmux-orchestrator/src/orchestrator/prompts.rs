@@ -10,9 +10,7 @@ use crate::catalog::PromptCatalog;
 use futures::StreamExt as _;
 use std::collections::HashSet;
 use std::sync::Arc;
-use toolmux_core::{
-    CallContext, ContentPart, JsonObject, Prompt, PromptSpec, ToolError, ToolProvider,
-};
+use toolmux_core::{CallContext, JsonObject, Prompt, PromptSpec, ToolError, ToolProvider};
 
 impl Orchestrator {
     /// Every provider's prompts, named `{namespace}__{prompt}` like tools (sanitized,
@@ -130,18 +128,18 @@ impl Orchestrator {
         catalog
     }
 
-    /// The prompt with secrets redacted from its text.
+    /// The prompt with secrets redacted from its description and from every message's
+    /// text, JSON and embedded resources, as a tool's output is.
     fn redact_prompt(&self, mut prompt: Prompt) -> Prompt {
         let redactor = &self.inner.redactor;
         if redactor.is_empty() {
             return prompt;
         }
+        if let Some(description) = &mut prompt.description {
+            redactor.redact_in_place(description);
+        }
         for message in &mut prompt.messages {
-            if let ContentPart::Text { text } = &mut message.content
-                && let std::borrow::Cow::Owned(clean) = redactor.redact(text)
-            {
-                *text = clean;
-            }
+            super::redact_part(redactor, &mut message.content);
         }
         prompt
     }

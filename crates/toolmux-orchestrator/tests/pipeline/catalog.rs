@@ -143,13 +143,21 @@ impl ToolProvider for Library {
         if !self.prompts.iter().any(|p| p.name == name) {
             return Err(ToolError::UnknownPrompt { name: name.into(), suggestions: Vec::new() });
         }
+        // The arguments in each place a prompt carries text: its description, a text
+        // message and an embedded resource.
+        let arguments = Value::Object(arguments).to_string();
+        let embedded = ContentPart::Resource {
+            uri: format!("{}://prompts/{name}", self.namespace),
+            mime_type: Some("application/json".into()),
+            text: Some(arguments.clone()),
+            blob: None,
+        };
         Ok(Prompt {
-            description: None,
-            messages: vec![Message::user_text(format!(
-                "{}/{name} {}",
-                self.namespace,
-                Value::Object(arguments)
-            ))],
+            description: Some(format!("{name} with {arguments}")),
+            messages: vec![
+                Message::user_text(format!("{}/{name} {arguments}", self.namespace)),
+                Message::user(embedded),
+            ],
         })
     }
 
@@ -747,6 +755,10 @@ async fn secrets_are_redacted_from_prompts_and_resources() {
     let args = args(json!({"x": "s3cret-value"}));
     let p = o.get_prompt("lib__leaky", args, &CallContext::new()).await.unwrap();
     assert_eq!(message_text(&p), r#"lib/leaky {"x":"[redacted]"}"#);
+    // Not only its text messages: its description and embedded resources too.
+    assert_eq!(p.description.as_deref(), Some(r#"leaky with {"x":"[redacted]"}"#));
+    let ContentPart::Resource { text, .. } = &p.messages[1].content else { panic!("{p:?}") };
+    assert_eq!(text.as_deref(), Some(r#"{"x":"[redacted]"}"#));
 }
 
 #[tokio::test]

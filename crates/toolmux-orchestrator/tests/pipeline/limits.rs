@@ -652,6 +652,12 @@ async fn secrets_are_redacted_from_json_structured_content_and_resources() {
         ContentPart::Json { value: json!({"next": "/p?api_key=[redacted]", "n": 2}) }
     );
     assert_eq!(served.extras["url"], json!("https://h/?k=[redacted]"));
+    // And what a call answers (its extras an MCP server's `_meta`, which `toolmux tools
+    // call --json` prints).
+    let answered = o.execute(ToolCall::new("m__api", json!({})), &CallContext::new()).await;
+    let shown = serde_json::to_string(&answered).unwrap();
+    assert!(!shown.contains("s3cr3t"), "{shown}");
+    assert_eq!(answered.extras["url"], json!("https://h/?k=[redacted]"));
 }
 
 /// Tools `m__typed` (with an output schema: `rows` of JSON type `rows`) and `m__untyped`
