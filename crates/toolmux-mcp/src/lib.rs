@@ -56,6 +56,17 @@ mod transport;
 /// `serde_json::to_vec`'s 128 grew it twice or three times for each.
 const LINE_CAPACITY: usize = 512;
 
+/// Appends JSON `text` (valid JSON, checked by whoever took it) to the line being written,
+/// its carriage returns and line feeds written as spaces. In valid JSON those can stand
+/// only as whitespace between tokens (in a string they are escaped), where a space means
+/// the same; but a reader that ends lines at `\r` as well as `\n`, as Python's text
+/// streams and Node's readline do, would take the text after one for a message of its
+/// own: a client's arguments, or a server's result, spliced as they came could carry a
+/// second request.
+fn push_one_line(line: &mut Vec<u8>, text: &str) {
+    line.extend(text.bytes().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+}
+
 pub use client::{
     DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE, DeclaredTool, EnvInherit, McpProvider,
     McpServerConfig, OAuthConfig, OAuthGrant, OAuthStatus, Opener, PerSessionProvider,

@@ -899,7 +899,7 @@ fn raw_response(id: &RequestId, result: &str) -> Option<Vec<u8>> {
         return None;
     }
     line.extend_from_slice(b",\"result\":");
-    line.extend_from_slice(result.as_bytes());
+    crate::push_one_line(&mut line, result);
     line.extend_from_slice(b"}\n");
     Some(line)
 }
@@ -1813,6 +1813,20 @@ mod tests {
             long.read(notification.as_bytes());
             assert!(!long.too_deep_request(), "depth {depth}");
         }
+    }
+
+    /// A server's result relayed as it wrote it goes to the client on one line: a `\r`
+    /// standing as whitespace in it would end the line for a client that ends lines there
+    /// too, and what followed would read as a message of the server's making.
+    #[test]
+    fn relayed_results_stay_on_one_line() {
+        let result = "{\"content\":[]\r,\"x\":\r{\"jsonrpc\":\"2.0\",\"id\":1}\r}";
+        let line = raw_response(&RequestId::Number(7), result).expect("a line");
+        let (last, before) = line.split_last().expect("a line");
+        assert_eq!(*last, b'\n');
+        assert!(!before.iter().any(|b| matches!(b, b'\r' | b'\n')), "{line:?}");
+        let answer: serde_json::Value = serde_json::from_slice(&line).expect("JSON");
+        assert_eq!(answer["result"]["x"]["id"], 1);
     }
 
     #[test]

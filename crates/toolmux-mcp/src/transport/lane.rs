@@ -420,7 +420,9 @@ pub(crate) fn call_line(
 }
 
 /// A `tools/call` request as one line, its arguments spliced in as they came (the JSON
-/// text of an object), with the progress token and trace context [`call_line`] would give.
+/// text of an object, its whitespace line breaks made spaces: see
+/// [`crate::push_one_line`]), with the progress token and trace context [`call_line`]
+/// would give.
 pub(crate) fn relay_line(
     id: &str,
     name: &str,
@@ -434,7 +436,7 @@ pub(crate) fn relay_line(
     line.extend_from_slice(b"\",\"method\":\"tools/call\",\"params\":{\"name\":");
     json_string(&mut line, name);
     line.extend_from_slice(b",\"arguments\":");
-    line.extend_from_slice(arguments.as_bytes());
+    crate::push_one_line(&mut line, arguments);
     line.extend_from_slice(b",\"_meta\":{\"progressToken\":\"");
     line.extend_from_slice(id.as_bytes());
     line.push(b'"');
@@ -721,6 +723,19 @@ mod tests {
             }
         }
         assert_eq!(*answered.lock().unwrap(), vec![plain.to_owned()]);
+    }
+
+    /// Line breaks standing as whitespace in the arguments go as spaces: the request stays
+    /// one line for a reader that ends lines at `\r` too.
+    #[test]
+    fn relayed_arguments_stay_on_one_line() {
+        let arguments = "{\"a\":\r{\"b\":\n1}\r\n}";
+        let line = relay_line("tm-1", "t", arguments, None, None);
+        let (last, before) = line.split_last().expect("a line");
+        assert_eq!(*last, b'\n');
+        assert!(!before.iter().any(|b| matches!(b, b'\r' | b'\n')), "{line:?}");
+        let spliced: serde_json::Value = serde_json::from_slice(&line).expect("JSON");
+        assert_eq!(spliced["params"]["arguments"], serde_json::json!({"a": {"b": 1}}));
     }
 
     /// The spliced request is the request [`call_line`] writes.

@@ -43,6 +43,38 @@ async fn stdio_speaks_2026_07_28_and_passes_the_conformance_suite() {
     support::assert_group_gone(pid).await;
 }
 
+/// Arguments relayed as the client wrote them carry no request of their own to a server
+/// that ends lines at `\r` too, as the Python SDK's text stdin does: JSON lets a bare `\r`
+/// stand as whitespace, and the request after one ran as a message apart (here `touch`;
+/// in a gateway, a tool `toolsDenied` or a deny rule keeps from its clients), while the
+/// relayed call itself went unanswered.
+#[tokio::test]
+async fn relayed_arguments_carry_no_request_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("touched");
+    for mode in [ProtocolMode::Legacy, ProtocolMode::Auto] {
+        let config = stdio().with_protocol(mode).with_request_timeout(Duration::from_secs(5));
+        let provider = Arc::new(McpProvider::new("py", config).unwrap());
+        // Started, so that the call is relayed on its lane.
+        provider.list_tools().await.unwrap();
+        let smuggled = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+            "params": {"name": "touch", "arguments": {"path": marker}}});
+        let arguments = format!("{{\"message\": \"hi\", \"x\":\r{smuggled}\r}}");
+        let relayed = provider.relay("echo", &arguments, &CallContext::new(), 1 << 20).await;
+        let text = match relayed {
+            Ok(toolmux_core::Relayed::Raw { json, .. }) => json.to_string(),
+            Ok(toolmux_core::Relayed::Output(output)) => output.to_text(),
+            Err(e) => panic!("{mode:?}: {e}"),
+        };
+        assert!(text.contains("py echo: hi"), "{mode:?}: {text}");
+        // A call after it is answered after anything the server read before it.
+        let out = provider.call("echo", json!({"message": "after"}), &CallContext::new()).await;
+        assert_eq!(out.unwrap().to_text(), "py echo: after");
+        assert!(!marker.exists(), "{mode:?}: the request inside the arguments ran");
+        provider.shutdown().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn stdio_legacy_handshake_works_too() {
     let provider = McpProvider::new("py", stdio().with_protocol(ProtocolMode::Legacy)).unwrap();
