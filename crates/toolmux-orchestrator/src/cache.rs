@@ -299,7 +299,9 @@ impl SingleFlight {
     /// `wait`: the caller's own limit, asked for when it starts waiting for an identical call
     /// of another caller (that call runs within that caller's limits, not this one's): past
     /// `until`, the wait ends with [`ToolError::Timeout`] for `tool`, `after` being the
-    /// limit that was reached. A caller that runs the call itself is bounded by `run`.
+    /// limit that was reached. A caller that runs the call itself is bounded by `run`, and
+    /// by `wait` too when it waited first (for a call that failed): its wait and its own
+    /// run are within the one limit.
     pub async fn run_if<'w, F, Fut>(
         &self,
         cache: &dyn ResponseCache,
@@ -313,6 +315,7 @@ impl SingleFlight {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<ToolOutput, ToolError>>,
     {
+        let mut waited = false;
         loop {
             if let Some(hit) = cache.get(key).await {
                 return (Ok(hit), Served::Cache);
@@ -335,6 +338,7 @@ impl SingleFlight {
                     let lead = loop {
                         match cache.lead(key).await {
                             Lead::Follow(released) => {
+                                waited = true;
                                 if let Err(error) = within(wait(), released).await {
                                     return (Err(error), Served::Coalesced);
                                 }
@@ -348,7 +352,11 @@ impl SingleFlight {
                             lead => break lead,
                         }
                     };
-                    let result = run().await;
+                    let result = if waited {
+                        within(wait(), run()).await.unwrap_or_else(Err)
+                    } else {
+                        run().await
+                    };
                     if let Ok(output) = &result
                         && !output.is_error
                         && output.extras.get(PER_RUN) != Some(&Value::Bool(true))
@@ -363,6 +371,7 @@ impl SingleFlight {
                     return (result, Served::Executed);
                 }
                 Err(mut receiver) => {
+                    waited = true;
                     // Either a value arrives or the leader is gone (error, cancellation);
                     // in the second case, loop and lead.
                     let arrived = match within(wait(), receiver.wait_for(Option::is_some)).await {

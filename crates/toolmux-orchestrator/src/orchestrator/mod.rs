@@ -1939,9 +1939,18 @@ impl Orchestrator {
                         result
                     };
                     let cacheable = || !tracked.asked_caller();
+                    // The call's own limit, counted from now: a caller that waits for
+                    // another's call, and runs it itself when that one fails, takes no
+                    // longer than it would have alone.
+                    let arrived = Instant::now();
                     let wait = || {
-                        let limit = self.coalesced_wait_limit(entry, ctx);
-                        limit.map(|(until, after)| WaitLimit { tool: &entry.name, until, after })
+                        let own = call_limit(&entry.settings).0;
+                        let own = (crate::later(arrived, own), own);
+                        let limit = match self.coalesced_wait_limit(entry, ctx) {
+                            Some(limit) if limit.0 <= own.0 => limit,
+                            _ => own,
+                        };
+                        Some(WaitLimit { tool: &entry.name, until: limit.0, after: limit.1 })
                     };
                     let flight = self.inner.flight.run_if(
                         &*self.inner.cache,

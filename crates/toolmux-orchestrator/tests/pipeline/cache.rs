@@ -272,6 +272,38 @@ async fn a_coalesced_caller_waits_no_longer_than_its_own_limits() {
     assert_eq!(p.calls_of("slow"), 1);
 }
 
+/// Identical calls to a tool that hangs end within their own timeout, counted from when
+/// each came: a caller that waited for another's call, which failed, and then ran it
+/// itself does not get a whole timeout more. (Three calls took one timeout each, one
+/// after another: the third ended after 3 s.)
+#[tokio::test(start_paused = true)]
+async fn identical_calls_to_a_hanging_tool_end_within_their_own_timeout() {
+    let p = Arc::new(
+        MockProvider::new("api")
+            .with_read_only_tool("hang", Behavior::Sleep(Duration::from_secs(10))),
+    );
+    let settings = ToolSettings::default()
+        .with_cache(Duration::from_secs(60))
+        .with_timeout(Duration::from_secs(1));
+    let config = OrchestratorConfig::default().with_provider_settings("api", settings);
+    let o = start(config, vec![p.clone()]).await;
+    let started = tokio::time::Instant::now();
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let o = o.clone();
+            tokio::spawn(async move {
+                let r = call(&o, "api__hang", json!({})).await;
+                (r, started.elapsed())
+            })
+        })
+        .collect();
+    for done in futures::future::join_all(calls).await {
+        let (r, took) = done.unwrap();
+        assert_eq!(r.extras.get("code"), Some(&json!("timeout")), "{r:?}");
+        assert!(took <= Duration::from_secs(1), "{took:?}: {r:?}");
+    }
+}
+
 /// `Orchestrator::cancel` stops the callers waiting for an identical call as well as the
 /// call itself: none of them takes over and runs the tool again.
 #[tokio::test(start_paused = true)]
