@@ -487,8 +487,9 @@ impl Inner {
     /// backoff, or once more than `max` restarts failed, after a pause that doubles with
     /// each further failed start.
     fn count_failure(restarts: &mut Restarts, max: u32) {
-        restarts.failures += 1;
-        let delay = match restarts.failures.checked_sub(max + 1) {
+        restarts.failures = restarts.failures.saturating_add(1);
+        // `u32::MAX` restarts is as good as no end to them.
+        let delay = match restarts.failures.checked_sub(max.saturating_add(1)) {
             Some(beyond) => {
                 GIVE_UP_PAUSE.saturating_mul(1u32 << beyond.min(16)).min(GIVE_UP_PAUSE_MAX)
             }
@@ -1259,10 +1260,12 @@ fn variant_name(result: &ServerResult) -> String {
         .unwrap_or_else(|| "an unknown result".into())
 }
 
-/// Two names are similar when one contains the other or they share a prefix of 4.
+/// Two names are similar when one contains the other or they share their first 4
+/// characters.
 fn similar(a: &str, b: &str) -> bool {
     let (a, b) = (a.to_lowercase(), b.to_lowercase());
-    a.contains(&b) || b.contains(&a) || (a.len() >= 4 && b.len() >= 4 && a[..4] == b[..4])
+    let start = |s: &str| s.chars().take(4).collect::<Vec<_>>();
+    a.contains(&b) || b.contains(&a) || (start(&a).len() == 4 && start(&a) == start(&b))
 }
 
 /// A lane request followed ([`Inner::follow`]); its route goes before its flight record.
@@ -1542,6 +1545,28 @@ mod tests {
     use super::*;
     use serde_json::json;
     use toolmux_core::ProgressSink;
+
+    /// Names beyond ASCII are compared by characters, where cutting at byte 4 panicked
+    /// inside a character (`日本語…`, three bytes each).
+    #[test]
+    fn similar_names_are_compared_by_characters() {
+        assert!(similar("日本語検索", "日本語検索ツール"));
+        assert!(similar("日本語検索", "日本語検証"));
+        assert!(!similar("日本語検索", "日本人"));
+        assert!(similar("read_file", "READ_dir"));
+        assert!(!similar("abc", "abd"));
+    }
+
+    /// `maxRestarts` as large as it goes keeps restarting after the usual backoff, where
+    /// counting one past it overflowed (a panic in a debug build, the give-up pause at the
+    /// first failure in a release one).
+    #[test]
+    fn the_largest_max_restarts_backs_off_as_usual() {
+        let mut restarts = Restarts::default();
+        Inner::count_failure(&mut restarts, u32::MAX);
+        let wait = restarts.not_before.expect("a wait") - Instant::now();
+        assert!(wait <= BACKOFF_BASE, "{wait:?}");
+    }
 
     /// `f`, given 30 s.
     async fn within<F: Future>(f: F) -> F::Output {
