@@ -841,24 +841,30 @@ const RELISTEN_HEALTHY: Duration = Duration::from_secs(30);
 /// and every subscription after the first has the lists read again, since changes made
 /// meanwhile were told to nobody.
 fn listen_for_list_changes(server: &str, connection: &Connection, events: &Arc<Events>) {
-    let wants = connection
-        .info
-        .as_ref()
-        .and_then(|i| i.capabilities.tools.as_ref())
-        .and_then(|t| t.list_changed)
-        .unwrap_or(false);
-    if !wants {
+    // Each list whose changes the server says it announces; a server announcing only its
+    // prompts' (or resources') is listened to as well as one announcing its tools'.
+    let capabilities = connection.info.as_ref().map(|i| &i.capabilities);
+    let tools = capabilities.and_then(|c| c.tools.as_ref()?.list_changed).unwrap_or(false);
+    let prompts = capabilities.and_then(|c| c.prompts.as_ref()?.list_changed).unwrap_or(false);
+    let resources = capabilities.and_then(|c| c.resources.as_ref()?.list_changed).unwrap_or(false);
+    if !(tools || prompts || resources) {
         return;
     }
+    let mut filter = SubscriptionFilter::builder();
+    if tools {
+        filter = filter.tools_list_changed();
+    }
+    if prompts {
+        filter = filter.prompts_list_changed();
+    }
+    if resources {
+        filter = filter.resources_list_changed();
+    }
+    let filter = filter.build();
     let peer = connection.peer.clone();
     let events = Arc::downgrade(events);
     let server = server.to_owned();
     tokio::spawn(async move {
-        let filter = SubscriptionFilter::builder()
-            .tools_list_changed()
-            .prompts_list_changed()
-            .resources_list_changed()
-            .build();
         let mut failures = 0u32;
         let mut subscribed_before = false;
         loop {

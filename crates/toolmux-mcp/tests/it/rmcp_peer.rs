@@ -266,6 +266,85 @@ fn conformance() -> Conformance {
         .with_cancellable(SampleCall::new("hang", json!({})))
 }
 
+/// A 2026-07-28 server with prompts alone, which announces changes of them only: each
+/// message on `changes` is told to its `subscriptions/listen` streams.
+#[derive(Clone)]
+struct PromptsOnly {
+    changes: broadcast::Sender<()>,
+}
+
+impl ServerHandler for PromptsOnly {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder().enable_prompts().enable_prompts_list_changed().build(),
+        )
+        .with_server_info(Implementation::new("rmcp-prompts", "1.0.0"))
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().prompts_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changes = self.changes.subscribe();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                change = changes.recv() => {
+                    if change.is_err() {
+                        return Ok(());
+                    }
+                    let _ = context.sink().notify_prompt_list_changed().await;
+                }
+            }
+        }
+    }
+}
+
+/// A 2026-07-28 server announcing changes of its prompts but not of its tools is listened
+/// to: the subscription was made only when the server announced tool list changes, so a
+/// prompts-only or resources-only server's changes never reached the gateway's clients.
+#[tokio::test]
+async fn http_2026_07_28_prompt_changes_are_heard_without_tool_changes() {
+    let server = PromptsOnly { changes: broadcast::channel(16).0 };
+    let changes = server.changes.clone();
+    let stop = CancellationToken::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default(),
+    );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    let stopped = stop.clone();
+    let served = tokio::spawn(async move {
+        axum::serve(listener, router).with_graceful_shutdown(stopped.cancelled_owned()).await
+    });
+    let config =
+        McpServerConfig::remote(TransportKind::Http, url).with_protocol(ProtocolMode::Auto);
+    let provider = McpProvider::new("prompts", config).unwrap();
+    provider.warmup().await.unwrap();
+    assert_eq!(provider.protocol_version().as_deref(), Some("2026-07-28"));
+    let mut heard = provider.prompt_list_changes().expect("prompt list changes");
+    // The subscription is made in the background: tell changes until one is heard.
+    let told = async {
+        loop {
+            let _ = changes.send(());
+            if tokio::time::timeout(Duration::from_millis(200), heard.changed()).await.is_ok() {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), told).await.expect("a prompt change heard");
+    provider.shutdown().await.unwrap();
+    stop.cancel();
+    let _ = served.await;
+}
+
 async fn list_changed_is_seen(provider: &McpProvider) {
     provider.warmup().await.unwrap();
     let mut changes = provider.tool_list_changes().unwrap();
