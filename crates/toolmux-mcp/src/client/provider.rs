@@ -1426,6 +1426,9 @@ impl ToolProvider for McpProvider {
         if !inner.config.is_enabled() || inner.config.lazy {
             return Ok(());
         }
+        // Under way, as a call is: the idle stop does not close the connection it makes
+        // while it lists the tools.
+        let _busy = inner.idle.as_ref().map(idle::Idle::enter);
         // An explicit warmup retries a server that was given up on.
         {
             let mut restarts = inner.restarts.lock().await;
@@ -1496,6 +1499,8 @@ impl ToolProvider for McpProvider {
         arguments: JsonObject,
         ctx: &CallContext,
     ) -> Result<Prompt, ToolError> {
+        // Under way, as a call is: the idle stop waits for it.
+        let _busy = self.inner.idle.as_ref().map(idle::Idle::enter);
         self.inner.get_prompt(name, arguments, ctx).await
     }
 
@@ -1504,6 +1509,8 @@ impl ToolProvider for McpProvider {
         request: CompletionRequest,
         ctx: &CallContext,
     ) -> Result<Completion, ToolError> {
+        // Under way, as a call is: the idle stop waits for it.
+        let _busy = self.inner.idle.as_ref().map(idle::Idle::enter);
         self.inner.complete(request, ctx).await
     }
 
@@ -1520,6 +1527,8 @@ impl ToolProvider for McpProvider {
         uri: &str,
         ctx: &CallContext,
     ) -> Result<Vec<ResourceContents>, ToolError> {
+        // Under way, as a call is: the idle stop waits for it.
+        let _busy = self.inner.idle.as_ref().map(idle::Idle::enter);
         self.inner.read_resource(uri, ctx).await
     }
 

@@ -75,6 +75,24 @@ async fn relayed_arguments_carry_no_request_of_their_own() {
     }
 }
 
+/// A prompt or a resource read under way keeps the server running past `idleShutdownMs`,
+/// as a call does: the idle stop closed the connection under it, the request failed, and
+/// the stop was counted as a failed restart.
+#[tokio::test]
+async fn idle_shutdown_waits_for_prompts_and_reads_under_way() {
+    let config = stdio().with_idle_shutdown(Duration::from_millis(200));
+    let provider = McpProvider::new("py", config).unwrap();
+    provider.warmup().await.unwrap();
+    let pid = provider.server_pid().expect("running");
+    let arguments = serde_json::from_value(json!({"seconds": "1"})).unwrap();
+    let prompt = provider.get_prompt("slow", arguments, &CallContext::new()).await.unwrap();
+    assert!(format!("{prompt:?}").contains("slow prompt"), "{prompt:?}");
+    let read = provider.read_resource("slow://wait/1", &CallContext::new()).await.unwrap();
+    assert!(format!("{read:?}").contains("slow resource"), "{read:?}");
+    assert_eq!(provider.server_pid(), Some(pid), "stopped under a request");
+    provider.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn stdio_legacy_handshake_works_too() {
     let provider = McpProvider::new("py", stdio().with_protocol(ProtocolMode::Legacy)).unwrap();
