@@ -26,7 +26,8 @@ pub struct OrchestratorConfig {
     /// mostly read by programs, not models; this bound keeps a flood out of their context
     /// all the same.
     pub structured_max_bytes: usize,
-    /// Bytes of base64 of the images and audio one result passes on (10 MiB by default;
+    /// Bytes of base64 of the images, audio and embedded resources' blobs one result
+    /// passes on (10 MiB by default;
     /// [`ToolSettings::media_max_bytes`] moves it per tool or provider). The text cap does
     /// not count them, as they are not read as text; past this the parts that do not fit
     /// are each replaced by a note naming their type and size, in the order they come.

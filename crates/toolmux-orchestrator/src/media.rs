@@ -1,5 +1,5 @@
-//! Images and audio in outputs: the cap on how much of them one result passes on, and
-//! what they cost in a run's context-token budget.
+//! Images, audio and embedded resources' blobs in outputs: the cap on how much of them
+//! one result passes on, and what they cost in a run's context-token budget.
 //!
 //! The text cap does not count them (they are not read as text), so without this a tool
 //! returning twenty 1 MiB screenshots passed 27 MB to a gateway's client and the budget
@@ -18,27 +18,48 @@ pub(crate) const IMAGE_TOKENS: u64 = 1_600;
 /// Decoded bytes of audio per token: 32 tokens a second (Gemini's rate) at 128 kbit/s.
 pub(crate) const AUDIO_BYTES_PER_TOKEN: u64 = 500;
 
-/// What the media parts (images, audio) of `output` cost in a model's context: an image
+/// Whether `part` is media, passed on as it is rather than read as text: an image, audio,
+/// or an embedded resource with a blob (a screenshot sent as `file:///shot.png`).
+pub(crate) fn is_media(part: &ContentPart) -> bool {
+    matches!(
+        part,
+        ContentPart::Image { .. }
+            | ContentPart::Audio { .. }
+            | ContentPart::Resource { blob: Some(_), .. }
+    )
+}
+
+/// What the media parts ([`is_media`]) of `output` cost in a model's context: an image
 /// `width × height / 750` tokens (Anthropic's estimate) up to [`IMAGE_TOKENS`] when its PNG,
 /// JPEG, GIF or WebP header gives its size, else [`IMAGE_TOKENS`]; audio one token per
-/// [`AUDIO_BYTES_PER_TOKEN`] decoded bytes.
+/// [`AUDIO_BYTES_PER_TOKEN`] decoded bytes; a resource's blob as the image or audio its
+/// MIME type says it is, else (a PDF, an archive) a token per four decoded bytes, as text.
 pub(crate) fn media_tokens(output: &ToolOutput) -> u64 {
     output.content.iter().map(part_tokens).sum()
 }
 
 fn part_tokens(part: &ContentPart) -> u64 {
-    match part {
-        ContentPart::Image { data, .. } => image_dimensions(data).map_or(IMAGE_TOKENS, |(w, h)| {
+    let image = |data: &str| {
+        image_dimensions(data).map_or(IMAGE_TOKENS, |(w, h)| {
             (u64::from(w) * u64::from(h)).div_ceil(750).clamp(1, IMAGE_TOKENS)
-        }),
-        ContentPart::Audio { data, .. } => {
-            (decoded_len(data) as u64).div_ceil(AUDIO_BYTES_PER_TOKEN).max(1)
+        })
+    };
+    let audio = |data: &str| (decoded_len(data) as u64).div_ceil(AUDIO_BYTES_PER_TOKEN).max(1);
+    match part {
+        ContentPart::Image { data, .. } => image(data),
+        ContentPart::Audio { data, .. } => audio(data),
+        ContentPart::Resource { blob: Some(data), mime_type, .. } => {
+            match mime_type.as_deref().unwrap_or_default() {
+                mime if mime.starts_with("image/") => image(data),
+                mime if mime.starts_with("audio/") => audio(data),
+                _ => (decoded_len(data) as u64).div_ceil(4),
+            }
         }
         _ => 0,
     }
 }
 
-/// Leaves out the images and audio of `output` past `max` bytes of base64, in order: the
+/// Leaves out the media ([`is_media`]) of `output` past `max` bytes of base64, in order: the
 /// first part that does not fit and every media part after it are each replaced by a text
 /// part naming its type and size and how to get it; their `annotations` extras go, and
 /// `capped_media` says how much was left out. `tool` names the tool in the note.
@@ -48,12 +69,14 @@ pub(crate) fn cap_media(output: &mut ToolOutput, max: usize, tool: &str) {
     let mut dropped = Vec::new();
     let mut dropped_bytes = 0usize;
     for (index, part) in output.content.iter_mut().enumerate() {
-        let (kind, data, mime) = match part {
-            ContentPart::Image { data, mime_type } => ("image", data, mime_type),
-            ContentPart::Audio { data, mime_type } => ("audio", data, mime_type),
+        let (kind, size, mime) = match part {
+            ContentPart::Image { data, mime_type } => ("image", data.len(), mime_type.as_str()),
+            ContentPart::Audio { data, mime_type } => ("audio", data.len(), mime_type.as_str()),
+            ContentPart::Resource { blob: Some(blob), mime_type, .. } => {
+                ("resource", blob.len(), mime_type.as_deref().unwrap_or("application/octet-stream"))
+            }
             _ => continue,
         };
-        let size = data.len();
         if !full && used + size <= max {
             used += size;
             continue;

@@ -2030,8 +2030,8 @@ impl Orchestrator {
             _ => output,
         };
         check_structured(entry, &mut output);
-        // Images and audio have a cap of their own: the text cap does not count them. What
-        // is left out is not stored, as the output store keeps text.
+        // Images, audio and resources' blobs have a cap of their own: the text cap does not
+        // count them. What is left out is not stored, as the output store keeps text.
         let media_max = entry.settings.media_max.unwrap_or(self.inner.config.media_max_bytes);
         crate::media::cap_media(&mut output, media_max, &entry.name);
         if let Some(run) = self.tracks_runs().then(|| self.run_state(ctx.run_id())) {
@@ -3121,13 +3121,13 @@ impl Orchestrator {
         // it, and clients check (the official SDKs refuse a result without it): the text a
         // model reads is capped, the structured content passes on unchanged.
         let structured = entry.spec.output_schema.as_ref().and(output.structured.clone());
-        // Images and audio do not count towards the cap (it is on text): they stay, after
-        // the capped text, with their annotations.
+        // Images, audio and resources' blobs do not count towards the cap (it is on text):
+        // they stay, after the capped text, with their annotations.
         let media: Vec<(usize, ContentPart)> = output
             .content
             .iter()
             .enumerate()
-            .filter(|(_, p)| matches!(p, ContentPart::Image { .. } | ContentPart::Audio { .. }))
+            .filter(|(_, p)| crate::media::is_media(p))
             .map(|(i, p)| (i, p.clone()))
             .collect();
         let keep = |mut capped: ToolOutput| {
@@ -3250,17 +3250,13 @@ fn is_image(part: &ContentPart) -> bool {
     }
 }
 
-/// Bytes of the parts a model reads as text (binary parts go to the model as they are).
+/// Bytes of the parts a model reads as text (media, [`crate::media::is_media`], go to the
+/// model as they are).
 fn textual_len(output: &ToolOutput) -> usize {
     if output.content.is_empty() {
         return output.byte_len();
     }
-    output
-        .content
-        .iter()
-        .filter(|p| !matches!(p, ContentPart::Image { .. } | ContentPart::Audio { .. }))
-        .map(ContentPart::byte_len)
-        .sum()
+    output.content.iter().filter(|p| !crate::media::is_media(p)).map(ContentPart::byte_len).sum()
 }
 
 /// Appends `media` (parts of the output before it was capped, by their index there) to

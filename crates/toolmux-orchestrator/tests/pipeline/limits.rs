@@ -354,6 +354,48 @@ async fn images_over_the_media_cap_are_left_out_with_a_note() {
     assert_eq!(roomy, output, "five of 400 bytes fit in the tool's own 2000");
 }
 
+/// An embedded resource's blob (a screenshot sent as `file:///shot.png`) is media, as an
+/// image part is: the text cap does not count it, so it is passed on (and beside the
+/// envelope to an agent) rather than spilled as a placeholder; the media cap does, and a
+/// run's context budget counts it as the image it is. (A 150 KB one was spilled and lost.)
+#[tokio::test(start_paused = true)]
+async fn embedded_resource_blobs_are_media() {
+    let mut output = ToolOutput::text("the screen:");
+    output.content.push(ContentPart::Resource {
+        uri: "file:///shot.png".into(),
+        mime_type: Some("image/png".into()),
+        text: None,
+        blob: Some(png(800, 600, 150_000 - 32)),
+    });
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("shot", Behavior::Output(output.clone()))
+            .with_tool("small", Behavior::Output(output.clone())),
+    );
+    let config = OrchestratorConfig::default().with_response_max_bytes(1000).with_tool_settings(
+        "m__small",
+        ToolSettings { media_max_bytes: Some(1000), ..ToolSettings::default() },
+    );
+    let o = start(config, vec![p]).await;
+    let out = o.call_tool("m__shot", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(out, output, "passed on whole");
+    let (r, images) =
+        o.execute_with_images(ToolCall::new("m__shot", json!({})), &CallContext::new()).await;
+    assert!(r.ok && !r.extras.contains_key("spilled"), "{r:?}");
+    assert_eq!(images, output.content[1..]);
+    let out = o.call_tool("m__small", json!({}), &CallContext::new()).await.unwrap();
+    let ContentPart::Text { text } = &out.content[1] else { panic!("{out:?}") };
+    assert!(text.starts_with("[resource left out (image/png, 150000 bytes of base64)"), "{text}");
+    assert_eq!(out.extras["capped_media"], json!({"parts": 1, "bytes": 150_000}));
+    // 640 tokens for the image, as the image part's, not 37,500 for its base64 as text.
+    let budget = OrchestratorConfig::default().with_context_token_budget(1000);
+    let p = Arc::new(MockProvider::new("m").with_tool("shot", Behavior::Output(output)));
+    let o = start(budget, vec![p]).await;
+    let run = CallContext::new().with_run_id("r");
+    let r = o.execute(ToolCall::new("m__shot", json!({})), &run).await;
+    assert!(r.ok, "{r:?}");
+}
+
 /// Twenty images of 1 MiB: a gateway's client gets 10 MiB of them by default, not 20.
 #[tokio::test(start_paused = true)]
 async fn the_default_media_cap_is_ten_mebibytes() {
