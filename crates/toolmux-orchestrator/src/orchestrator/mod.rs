@@ -2291,7 +2291,7 @@ impl Orchestrator {
         {
             UnusedTurn(None)
         } else {
-            self.take_turn(entry, ctx, meta, &generation).await?
+            self.take_turn(entry, ctx, meta, &generation, None).await?
         };
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
         let _provider_slot = self.take_provider_slot(entry, ctx, op, meta, &generation).await?;
@@ -2379,12 +2379,16 @@ impl Orchestrator {
     ///
     /// The turn is returned unused: the caller gives it back by dropping it, or keeps it by
     /// clearing it once the call reaches its provider.
+    ///
+    /// `retry_deadline`: for a retry's turn, the deadline its call's attempts share, in
+    /// place of the timeout counted from now.
     async fn take_turn(
         &self,
         entry: &ToolEntry,
         ctx: &CallContext,
         meta: &CallMeta,
         generation: &CancellationToken,
+        retry_deadline: Option<Instant>,
     ) -> Result<UnusedTurn<'_>, ToolError> {
         let limits = &self.inner.rate_limits;
         let namespace = entry.provider.namespace();
@@ -2413,8 +2417,10 @@ impl Orchestrator {
         // waits for slots do, and a turn that comes at or past that deadline or its
         // caller's is of no use. The call fails at once, saying so, rather than sleeping
         // until its deadline to time out.
-        let timeout = entry.settings.first_wait;
-        let own = crate::later(started, timeout);
+        let (own, timeout) = match retry_deadline {
+            Some(deadline) => (deadline, call_limit(&entry.settings).0),
+            None => (crate::later(started, entry.settings.first_wait), entry.settings.first_wait),
+        };
         // The caller's deadline, when it comes first.
         let caller = ctx.deadline().filter(|deadline| *deadline < own);
         let deadline = caller.unwrap_or(own);
@@ -2455,7 +2461,8 @@ impl Orchestrator {
                 return Err(ToolError::Cancelled { tool: entry.name.to_string() });
             }
         }
-        meta.turn_ms.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        // A retry's wait adds to the first attempt's.
+        meta.turn_ms.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
         Ok(unused)
     }
 
@@ -2644,6 +2651,27 @@ impl Orchestrator {
                         () = tokio::time::sleep(delay) => {}
                         () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool: entry.name.to_string() }),
                         () = generation.cancelled() => return Err(ToolError::Cancelled { tool: entry.name.to_string() }),
+                    }
+                    // A retry is a call to the provider like the first: it takes a turn
+                    // under the rate limit, so that calls never come closer together than
+                    // the limit spaces them. One it cannot have (further off than the limit
+                    // lets a call wait, or past the call's deadline) is not made, and the
+                    // failure stands.
+                    if !self.inner.rate_limits.tools.is_empty()
+                        || !self.inner.rate_limits.providers.is_empty()
+                    {
+                        let turn =
+                            self.take_turn(entry, ctx, meta, generation, Some(call_deadline)).await;
+                        match turn {
+                            Ok(turn) => turn.used(),
+                            Err(ToolError::Cancelled { tool }) => {
+                                return Err(ToolError::Cancelled { tool });
+                            }
+                            Err(refused) => {
+                                tracing::debug!(tool = %entry.name, attempt, "transient failure, not retried: {}", refused.report());
+                                return Err(e);
+                            }
+                        }
                     }
                 }
                 other => return other,

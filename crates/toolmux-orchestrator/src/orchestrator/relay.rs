@@ -111,7 +111,7 @@ impl Orchestrator {
         {
             super::UnusedTurn(None)
         } else {
-            self.take_turn(entry, ctx, meta, &generation).await?
+            self.take_turn(entry, ctx, meta, &generation, None).await?
         };
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
         let _provider_slot = self.take_provider_slot(entry, ctx, op, meta, &generation).await?;

@@ -213,6 +213,41 @@ async fn rate_limits_refuse_or_delay_calls_beyond_them() {
     assert_eq!(started.elapsed(), Duration::from_secs(60));
 }
 
+/// A retry takes a turn under the rate limit as the first attempt did: it waits for one
+/// the limit lets it wait for, and is not made when the turn is further off, the first
+/// failure standing. (Retries went to the provider at once, whatever the limit.)
+#[tokio::test(start_paused = true)]
+async fn retries_take_their_turns_under_the_rate_limit() {
+    use toolmux_orchestrator::{RateLimit, RetryPolicy};
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("waits", Behavior::FailTransient { times: 1 })
+            .with_tool("refused", Behavior::FailTransient { times: 1 }),
+    );
+    let settings = |wait_ms| ToolSettings {
+        rate_limit: Some(RateLimit {
+            calls: 1,
+            per: Duration::from_secs(2),
+            wait: Duration::from_millis(wait_ms),
+        }),
+        timeout: Some(Duration::from_secs(10)),
+        ..ToolSettings::default().with_retry(RetryPolicy::retries(1))
+    };
+    let mut config = OrchestratorConfig::default();
+    config.tools.insert("m__waits".into(), settings(5_000));
+    config.tools.insert("m__refused".into(), settings(0));
+    let o = start(config, vec![p.clone()]).await;
+    let started = tokio::time::Instant::now();
+    let r = call(&o, "m__waits", json!({})).await;
+    assert!(r.ok, "{r:?}");
+    assert_eq!(p.calls_of("waits"), 2);
+    assert_eq!(started.elapsed(), Duration::from_secs(2), "the retry waited for its turn");
+    let r = call(&o, "m__refused", json!({})).await;
+    assert!(!r.ok, "{r:?}");
+    assert_eq!(p.calls_of("refused"), 1, "no turn for a retry: none was made");
+    assert_eq!(r.extras["code"], "transport", "the first failure stands: {r:?}");
+}
+
 /// A call waiting for its turn under a rate limit is aborted by `Orchestrator::cancel`
 /// (as one waiting for a queue slot is) and by its caller's deadline, rather than waiting
 /// out its turn and running.
