@@ -252,7 +252,10 @@ impl CallView {
                     view.opaque = view.opaque.or(line.opaque);
                     view.commands.extend(line.commands);
                 }
-                Subject::Argv(argv) => view.commands.push(argv.clone()),
+                Subject::Argv(argv) => {
+                    view.opaque = view.opaque.or(shellwords::hidden_inside(argv));
+                    view.commands.push(argv.clone());
+                }
                 Subject::Path(path) => view.paths.push(path.clone()),
             }
         }
@@ -744,6 +747,20 @@ mod tests {
             .allow("fs__bash(*)")
             .deny("fs__bash(rm *)")
             .ask("fs__bash(git push *)");
+        // So do a command given as its words (`fs__exec`).
+        let exec = PermissionRules::default().allow("fs__exec(*)").deny("fs__exec(rm *)");
+        let argv = |words: String| {
+            let argv = words.split(' ').map(str::to_owned).collect();
+            match exec.decide_for("fs__exec", &any(), Some(SubjectKind::Command)) {
+                Permission::Check(call) => {
+                    verdict(&call.judge("fs__exec", &Value::Null, Ok(vec![Subject::Argv(argv)])))
+                }
+                decided => verdict(&decided),
+            }
+        };
+        assert_eq!(argv(format!("{}rm -rf x", "env ".repeat(50))), "ask");
+        assert_eq!(argv("env env rm -rf x".to_owned()), "deny");
+        assert_eq!(argv("env env ls".to_owned()), "allow");
         for (line, want) in [
             ("env env env env env env rm -rf x", "deny"),
             ("command command command command command command rm -rf x", "deny"),

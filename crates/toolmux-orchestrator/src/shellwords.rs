@@ -479,6 +479,14 @@ pub(crate) fn inner_commands(words: &[String]) -> Vec<Vec<String>> {
     found.commands
 }
 
+/// Why what `words` runs is hidden from deny and ask rules ([`hides_commands`]), when it
+/// is: for a command given as its words (`fs__exec`'s argv), which no line split tells.
+pub(crate) fn hidden_inside(words: &[String]) -> Option<&'static str> {
+    let mut found = Found::default();
+    inner(words, (0, 0), &mut found);
+    found.hidden
+}
+
 /// What [`inner`] finds.
 #[derive(Default)]
 struct Found {
