@@ -331,8 +331,8 @@ pub struct Defaults {
     /// schema's content must arrive whole or not at all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub structured_response_max_bytes: Option<usize>,
-    /// Bytes of base64 of the images and audio one result passes on (default 10485760,
-    /// 10 MiB); `toolResponseMaxBytes` counts text only. Past it the parts that do not fit
+    /// Bytes of base64 of the images, audio and embedded resources' blobs one result
+    /// passes on (default 10485760, 10 MiB); `toolResponseMaxBytes` counts text only. Past it the parts that do not fit
     /// are each replaced by a note naming their type and size, in the order they come.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_response_max_bytes: Option<usize>,
