@@ -686,17 +686,10 @@ impl Workspace {
         if !parent.as_os_str().is_empty() {
             self.dir.create_dir_all(&parent).map_err(err)?;
         }
-        let parent_dir = if parent.as_os_str().is_empty() {
-            self.dir.try_clone()
-        } else {
-            self.dir.open_dir(&parent)
-        }
-        .map_err(err)?;
-        // The parent exists now, so where the file lands is known exactly: checked again
-        // in case the path changed since the tool checked it.
-        let parent = if parent.as_os_str().is_empty() { PathBuf::from(".") } else { parent };
-        let landing = self.dir.canonicalize(&parent).map_err(err)?.join(&name);
-        self.check_access(path, &landing, Access::Write)?;
+        // The parent exists now, so where the file lands is known exactly: checked again,
+        // on the folder opened, in case the path changed since the tool checked it.
+        let (parent_dir, landing) = self.open_folder(path, &parent, err)?;
+        self.check_access(path, &landing.join(&name), Access::Write)?;
         let existing = match parent_dir.symlink_metadata(&name) {
             Ok(meta) if meta.is_dir() => {
                 return Err(FsError::IsDirectory { path: path.given.clone() });
@@ -803,7 +796,15 @@ impl Workspace {
     pub fn remove_file(&self, path: &Resolved) -> Result<(), FsError> {
         let err = |e: io::Error| FsError::from_io(&path.given, e);
         self.check_write(path)?;
-        let meta = self.dir.symlink_metadata(&path.relative).map_err(err)?;
+        // `.`, `..` and the root are folders.
+        let Some((parent, name)) = split_parent(&path.relative) else {
+            return Err(FsError::IsDirectory { path: path.given.clone() });
+        };
+        // Checked again on the folder the file is removed from: the path may have changed
+        // since it was checked.
+        let (parent_dir, landing) = self.open_folder(path, &parent, err)?;
+        self.check_access(path, &landing.join(&name), Access::Write)?;
+        let meta = parent_dir.symlink_metadata(&name).map_err(err)?;
         if meta.is_dir() {
             return Err(FsError::IsDirectory { path: path.given.clone() });
         }
@@ -811,7 +812,35 @@ impl Workspace {
             return Err(FsError::NotRegularFile { path: path.given.clone() });
         }
         read_only(path, &meta)?;
-        self.dir.remove_file(&path.relative).map_err(err)
+        parent_dir.remove_file(&name).map_err(err)
+    }
+
+    /// Opens the existing folder `parent` of `path` (relative to the root, empty for the
+    /// root) and says where it is, relative to the root with symlinks resolved, judged by
+    /// the folder opened: a file made or removed through the handle is checked against
+    /// where it really lands. Resolving the path a second time could meet another folder
+    /// (a symlink on the way turned from `ok` to `.git` between the two), and a check of
+    /// that one would let a file into the other. A folder that is not where the path now
+    /// leads is refused as a path that changed while it was used.
+    fn open_folder(
+        &self,
+        path: &Resolved,
+        parent: &Path,
+        err: impl Fn(io::Error) -> FsError,
+    ) -> Result<(Dir, PathBuf), FsError> {
+        use cap_std::fs::MetadataExt as _;
+        let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+        let folder = self.dir.open_dir(parent).map_err(&err)?;
+        let landing = without_dots(&self.dir.canonicalize(parent).map_err(&err)?);
+        // The path found has no symlink in it, and its last component is not followed: a
+        // symlink put there since cannot lead the comparison to the folder opened.
+        let spelled = if landing.as_os_str().is_empty() { Path::new(".") } else { &landing };
+        let found = self.dir.symlink_metadata(spelled).map_err(&err)?;
+        let opened = folder.dir_metadata().map_err(&err)?;
+        if (found.dev(), found.ino()) != (opened.dev(), opened.ino()) {
+            return Err(FsError::PathChanged { path: path.given.clone() });
+        }
+        Ok((folder, landing))
     }
 
     /// Where a write to `path` lands: the path itself, or the target of a symlink at it.
@@ -868,7 +897,7 @@ impl Written {
 }
 
 /// The most bytes of a file's name its temporary file's name repeats: the rest of that
-/// name (a dot, the process id, a counter and the suffix) takes at most 53 more bytes.
+/// name (a dot, the process id, a counter and the suffix) takes at most 45 more bytes.
 const TEMP_NAME_KEPT_BYTES: usize = 128;
 
 /// The longest start of `name` of at most `max` bytes that ends on a character boundary.
@@ -1031,6 +1060,49 @@ mod tests {
         assert!(matches!(err, FsError::NotRegularFile { .. }), "{err}");
         let err = ws.read_small("read", &path, 1024).unwrap_err();
         assert!(matches!(err, FsError::NotRegularFile { .. }), "{err}");
+    }
+
+    /// A folder `d` swapped between a symlink to `ok` and one to `.git` while files are
+    /// written to and removed from `d/config`, a bounded number of times: `.git/config`
+    /// keeps its bytes, whichever folder each check and each use meets. The folder a write
+    /// checked was looked up apart from the one it wrote into, so a swap between the two
+    /// let `.git/config` be replaced (a `core.fsmonitor` line there runs at the next
+    /// `git status`). A race: a run without the fix may miss it.
+    #[test]
+    fn a_folder_swapped_for_git_during_a_write_keeps_git_unchanged() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let (temp, ws) = workspace();
+        let root = temp.path().to_path_buf();
+        std::fs::create_dir(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+        std::fs::create_dir(root.join("ok")).unwrap();
+        std::os::unix::fs::symlink("ok", root.join("d")).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = std::thread::spawn({
+            let (stop, root) = (stop.clone(), root.clone());
+            move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for target in [".git", "ok"] {
+                        let _ = std::fs::remove_file(root.join("next"));
+                        std::os::unix::fs::symlink(target, root.join("next")).unwrap();
+                        std::fs::rename(root.join("next"), root.join("d")).unwrap();
+                    }
+                }
+            }
+        });
+        let path = ws.resolve("d/config").unwrap();
+        let mut written = 0;
+        for _ in 0..5000 {
+            written += usize::from(ws.write_atomic(&path, b"[core]\nfsmonitor = evil\n").is_ok());
+            let _ = ws.remove_file(&path);
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        assert_eq!(std::fs::read_to_string(root.join(".git/config")).unwrap(), "[core]\n");
+        let names: Vec<_> = std::fs::read_dir(root.join(".git")).unwrap().collect();
+        assert_eq!(names.len(), 1, "nothing else in .git: {names:?}");
+        assert!(written > 0, "no write went through at all");
     }
 
     #[test]
