@@ -127,6 +127,16 @@ pub enum FsError {
         /// The path as the caller gave it.
         path: String,
     },
+    /// A file being read was found somewhere else than where it was checked: it, or a
+    /// folder on the way to it, was replaced by a symlink (or otherwise) after the check.
+    #[error(
+        "the path `{path}` changed while it was being read (it or a folder in it was \
+         replaced, by a symlink or otherwise): try again"
+    )]
+    ChangedWhileRead {
+        /// The path as the caller gave it.
+        path: String,
+    },
     /// A file where a directory is needed.
     #[error("`{path}` is a file, not a directory: read it with `read`, or give a directory")]
     NotDirectory {
@@ -426,6 +436,12 @@ mod tests {
             FsError::PathChanged { path: "a/b".into() },
             expect![
                 "the path `a/b` changed while it was being written (a folder in it was replaced, by a symlink or otherwise): nothing was written; try again [remote]"
+            ],
+        );
+        check(
+            FsError::ChangedWhileRead { path: "a/b".into() },
+            expect![
+                "the path `a/b` changed while it was being read (it or a folder in it was replaced, by a symlink or otherwise): try again [remote]"
             ],
         );
         check(

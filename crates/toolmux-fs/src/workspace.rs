@@ -572,19 +572,20 @@ impl Workspace {
         limit: u64,
     ) -> Result<Vec<u8>, FsError> {
         let (file, meta) = self.open_regular(path)?;
-        if meta.len() > limit {
-            return Err(FsError::TooLarge {
-                tool,
-                path: path.given.clone(),
-                size: meta.len(),
-                limit,
-            });
-        }
-        let mut bytes = Vec::with_capacity(meta.len() as usize);
-        file.take(limit + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| FsError::from_io(&path.given, e))?;
-        Ok(bytes)
+        read_whole(tool, path, file, &meta, limit)
+    }
+
+    /// [`Workspace::read_small`] of the file at `canonical`, where `path` led when it was
+    /// checked, opened with no symlink followed ([`Workspace::open_regular_at`]).
+    pub fn read_small_at(
+        &self,
+        tool: &'static str,
+        path: &Resolved,
+        canonical: &Path,
+        limit: u64,
+    ) -> Result<Vec<u8>, FsError> {
+        let (file, meta) = self.open_regular_at(path, canonical)?;
+        read_whole(tool, path, file, &meta, limit)
     }
 
     /// Opens `path` for reading if it is a regular file, judged by the open file itself:
@@ -603,6 +604,87 @@ impl Workspace {
             return Err(FsError::NotRegularFile { path: path.given.clone() });
         }
         Ok((file, meta))
+    }
+
+    /// [`Workspace::open_regular`] of the file at `canonical` (where `path` led when it was
+    /// checked, a result of [`Workspace::canonical`]), opened with no symlink followed
+    /// ([`Workspace::open_beneath`]): what is read is what was checked. A path that meets a
+    /// symlink, or nothing, where the check found a file changed since, and is refused so.
+    pub fn open_regular_at(
+        &self,
+        path: &Resolved,
+        canonical: &Path,
+    ) -> Result<(std::fs::File, std::fs::Metadata), FsError> {
+        let file = self.open_beneath(canonical).map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP | libc::ENOTDIR | libc::ENOENT | libc::EXDEV) => {
+                FsError::ChangedWhileRead { path: path.given.clone() }
+            }
+            _ => FsError::from_io(&path.given, e),
+        })?;
+        let meta = file.metadata().map_err(|e| FsError::from_io(&path.given, e))?;
+        if meta.is_dir() {
+            return Err(FsError::IsDirectory { path: path.given.clone() });
+        }
+        if !meta.is_file() {
+            return Err(FsError::NotRegularFile { path: path.given.clone() });
+        }
+        Ok((file, meta))
+    }
+
+    /// Opens `relative` (relative to the root, symlinks resolved: a result of
+    /// [`Workspace::canonical`] or a walker's entry) for reading without blocking, following
+    /// no symlink on the way or at its end: it fails (`ELOOP`) when one is there now. A
+    /// check of where a path leads and an open that follows links again could meet two
+    /// different files (a name swapped for a symlink to a `hide` file in between); a path
+    /// with no links in it leads to one file only.
+    pub fn open_beneath(&self, relative: &Path) -> io::Result<std::fs::File> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        let read = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+        let relative = without_dots(relative);
+        let relative = if relative.as_os_str().is_empty() { Path::new(".") } else { &relative };
+        let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH;
+        match rustix::fs::openat2(&*self.dir, relative, read, Mode::empty(), resolve) {
+            Ok(fd) => return Ok(fd.into()),
+            // Kernels before 5.6, and sandboxes that filter the call: folder by folder.
+            Err(e) if e == rustix::io::Errno::NOSYS || e == rustix::io::Errno::PERM => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.open_by_names(relative, read)
+    }
+
+    /// [`Workspace::open_beneath`] one name at a time, each opened without following a
+    /// symlink, where the system cannot resolve a path so itself.
+    fn open_by_names(
+        &self,
+        relative: &Path,
+        read: rustix::fs::OFlags,
+    ) -> io::Result<std::fs::File> {
+        use rustix::fs::{Mode, OFlags};
+        let mut folder: Option<rustix::fd::OwnedFd> = None;
+        let mut parts = relative.components().filter(|part| *part != Component::CurDir).peekable();
+        while let Some(part) = parts.next() {
+            let Component::Normal(name) = part else {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a path opened without following links has only names in it",
+                ));
+            };
+            let flags = match parts.peek() {
+                Some(_) => OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                None => read | OFlags::NOFOLLOW,
+            };
+            let fd = match &folder {
+                Some(folder) => rustix::fs::openat(folder, name, flags, Mode::empty()),
+                None => rustix::fs::openat(&*self.dir, name, flags, Mode::empty()),
+            }?;
+            folder = Some(fd);
+        }
+        let fd = match folder {
+            Some(fd) => fd,
+            // The root itself.
+            None => rustix::fs::openat(&*self.dir, ".", read, Mode::empty())?,
+        };
+        Ok(fd.into())
     }
 
     /// Opens `relative` for reading without blocking on a FIFO or a device; reads of a
@@ -854,6 +936,23 @@ impl Workspace {
     }
 }
 
+/// Reads the whole of `file` (opened for `path`, with `meta`), refused when over `limit`
+/// bytes.
+fn read_whole(
+    tool: &'static str,
+    path: &Resolved,
+    file: std::fs::File,
+    meta: &std::fs::Metadata,
+    limit: u64,
+) -> Result<Vec<u8>, FsError> {
+    if meta.len() > limit {
+        return Err(FsError::TooLarge { tool, path: path.given.clone(), size: meta.len(), limit });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(|e| FsError::from_io(&path.given, e))?;
+    Ok(bytes)
+}
+
 /// Refuses a file whose owner may not write it (`chmod 444`): it says it is not to be
 /// changed, whoever runs toolmux, and root's permission checks pass a rename over it or its
 /// removal all the same (`rm` asks first).
@@ -1103,6 +1202,26 @@ mod tests {
         let names: Vec<_> = std::fs::read_dir(root.join(".git")).unwrap().collect();
         assert_eq!(names.len(), 1, "nothing else in .git: {names:?}");
         assert!(written > 0, "no write went through at all");
+    }
+
+    /// The open that follows no symlink, also the one used where the system has no
+    /// `openat2`: a file opens, a symlink at the end or on the way is refused.
+    #[test]
+    fn opening_beneath_follows_no_symlink() {
+        let (temp, ws) = workspace();
+        std::fs::create_dir(temp.path().join("d")).unwrap();
+        std::fs::write(temp.path().join("d/f"), "x").unwrap();
+        std::os::unix::fs::symlink("d", temp.path().join("to_d")).unwrap();
+        std::os::unix::fs::symlink("f", temp.path().join("d/to_f")).unwrap();
+        let read = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+        for (path, opens) in [("d/f", true), ("./d/f", true), ("to_d/f", false), ("d/to_f", false)]
+        {
+            let relative = Path::new(path);
+            assert_eq!(ws.open_beneath(relative).is_ok(), opens, "{path}");
+            assert_eq!(ws.open_by_names(&without_dots(relative), read).is_ok(), opens, "{path}");
+        }
+        let err = ws.open_by_names(Path::new("d/../d/f"), read).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     }
 
     #[test]

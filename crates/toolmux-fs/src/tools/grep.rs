@@ -284,7 +284,10 @@ pub(crate) fn grep(
                 return WalkState::Continue;
             }
             // Not blocking: a FIFO in the file's place since the walk would hang the open.
-            let Ok(file) = ws.open_file(relative) else { return WalkState::Continue };
+            // Following no symlink: the walker followed none, so the path has none, and
+            // one there now (a name swapped for a link to a `hide` file after the listing
+            // and the check above) is passed over, not searched.
+            let Ok(file) = ws.open_beneath(relative) else { return WalkState::Continue };
             let Ok(meta) = file.metadata() else { return WalkState::Continue };
             if !meta.is_file() {
                 return WalkState::Continue;

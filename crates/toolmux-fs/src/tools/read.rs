@@ -183,7 +183,7 @@ pub(crate) fn read(
     let path = ws.resolve_file("read", &args.path)?;
     let canonical = ws.canonical(&path)?;
     ws.check_read(&path, &canonical)?;
-    let bytes = ws.read_small("read", &path, limits.edit_max_bytes)?;
+    let bytes = ws.read_small_at("read", &path, &canonical, limits.edit_max_bytes)?;
     let encoding = Encoding::sniff(&bytes);
     if image_type(&bytes).is_some()
         || (!encoding.is_wide() && bytes[..bytes.len().min(SNIFF_BYTES)].contains(&0))
@@ -238,7 +238,7 @@ fn read_notebook(
         limit: args.limit,
         max_bytes: limits.read_page_bytes,
     };
-    let why = match ws.read_small("read", &path, limits.edit_max_bytes) {
+    let why = match ws.read_small_at("read", &path, &canonical, limits.edit_max_bytes) {
         Ok(bytes) => match notebook::render(&path.given, &bytes, page) {
             Ok(rendered) => {
                 let hash: Hash = Sha256::digest(&bytes).into();
@@ -322,7 +322,9 @@ fn read_page(
     // file with a `\n` after the first chunk, or one whose CRs start later) is read again.
     let mut terminator = None;
     let (page, hash, record) = loop {
-        let (file, opened) = ws.open_regular(&path)?;
+        // Opened where it was checked to lead, following no symlink: a name swapped for
+        // one to a `hide` file since the check is refused, not read.
+        let (file, opened) = ws.open_regular_at(&path, &canonical)?;
         let mut page = Page::new(first, limit, limits, terminator);
         page.start_char = start_char;
         let mut hasher = Sha256::new();

@@ -326,3 +326,53 @@ async fn a_hidden_env_file_is_reached_by_no_tool_however_asked() {
     assert_eq!(fx.get("app/.env"), "API_KEY=HIDDEN\n");
     assert_eq!(fx.get("notes.txt"), "API_KEY=visible\n");
 }
+
+/// A file swapped, again and again, between a plain file and a symlink to a `hide` file
+/// while `grep` and `read` run on it a bounded number of times: neither ever shows the
+/// hidden content. Both checked where the name led and then opened it by name again,
+/// following a symlink put there in between (`grep` checked the entry its walk listed as a
+/// plain file). A race: a run without the fix may miss it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_swapped_for_a_link_to_a_hidden_file_shows_nothing_hidden() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fx = Fixture::with(|c| c.with_hide(["secrets/"]));
+    fx.put("secrets/key.txt", "HIDDEN-VALUE\n");
+    fx.put("notes.txt", "VISIBLE-VALUE\n");
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = std::thread::spawn({
+        let (stop, root, stage) = (stop.clone(), fx.root(), fx.outside());
+        move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::fs::write(stage.join("plain"), "VISIBLE-VALUE\n").unwrap();
+                std::fs::rename(stage.join("plain"), root.join("notes.txt")).unwrap();
+                symlink("secrets/key.txt", stage.join("link")).unwrap();
+                std::fs::rename(stage.join("link"), root.join("notes.txt")).unwrap();
+            }
+        }
+    });
+    let (mut shown, mut leaked) = (0, Vec::new());
+    for _ in 0..400 {
+        let args = json!({"pattern": "VALUE", "output_mode": "content"});
+        let outputs = [
+            fx.call("grep", args).await,
+            fx.call("grep", json!({"pattern": "VALUE", "path": "notes.txt"})).await,
+            fx.call("read", json!({"path": "notes.txt"})).await,
+            fx.call("read", json!({"path": "notes.txt", "anchor_line": 1})).await,
+        ];
+        for output in outputs {
+            let text = match output {
+                Ok(out) => out.to_text(),
+                Err(e) => e.report(),
+            };
+            shown += usize::from(text.contains("VISIBLE-VALUE"));
+            if text.contains("HIDDEN-VALUE") {
+                leaked.push(text);
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(leaked.is_empty(), "{} leaks, such as {}", leaked.len(), leaked[0]);
+    assert!(shown > 0, "the plain file was never shown");
+}
