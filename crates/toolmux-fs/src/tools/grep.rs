@@ -481,8 +481,13 @@ struct Head {
     first: [u8; 8192],
     /// How many bytes of `first` were read.
     first_len: usize,
-    /// Everything read, `first` included, once the file went on past it without an LF.
+    /// Everything read, `first` included, once the file went on past it without an LF;
+    /// never much over [`HEAD_KEPT`].
     more: Vec<u8>,
+    /// Whether the file went on past [`HEAD_KEPT`] without an LF, so that what was read
+    /// of it was let go (`first_len` and `more` say nothing) and the search reads it from
+    /// its start.
+    dropped: bool,
     /// Whether the whole file was read.
     whole: bool,
     /// Whether its lines end in a bare CR.
@@ -491,18 +496,26 @@ struct Head {
     encoding: Encoding,
 }
 
+/// How much of a file [`Head::read`] keeps for the search. A file read on past it
+/// without an LF (a one-line JSON file of gigabytes) is only scanned on for its line
+/// ends, and read again by the search: each of the search's threads held all of such a
+/// file read so far, up to the whole file.
+const HEAD_KEPT: usize = 1024 * 1024;
+
 impl Head {
     /// Reads `file` from its start to tell whether its lines end in a bare CR, by the rule
     /// `read` judges the whole file by ([`CrLines`]): a `\r` and no `\n` anywhere. A `\n`
     /// in the first 8 KiB settles it for almost every file with one small read; the file is
     /// read on only while no `\n` has come, and no further than its first `\n` (or NUL: the
-    /// search stops at binary data), or until `stop` says the search is over.
+    /// search stops at binary data), or until `stop` says the search is over. At most
+    /// about [`HEAD_KEPT`] bytes of it are kept.
     fn read(file: &std::fs::File, stop: impl Fn() -> bool) -> Head {
         use std::os::unix::fs::FileExt as _;
         let mut head = Head {
             first: [0; 8192],
             first_len: 0,
             more: Vec::new(),
+            dropped: false,
             whole: false,
             cr: false,
             encoding: Encoding::Utf8,
@@ -512,13 +525,15 @@ impl Head {
         // sniffing, UTF-32 by `Transcoded`), and told so, as `read` tells it.
         let mut wide: Option<WideDecoder> = None;
         let mut decoded = String::new();
+        // Where the next read starts, and where the pieces read past `HEAD_KEPT` go.
+        let mut at = 0usize;
+        let mut scratch = Vec::new();
         loop {
-            let at = head.len();
             let n = match at {
                 0 => file.read_at(&mut head.first, 0),
                 // Past the first 8 KiB without a `\n`: a long-lined file, read on in larger
-                // pieces and kept whole.
-                _ => {
+                // pieces and kept up to `HEAD_KEPT`.
+                _ if at < HEAD_KEPT && !head.dropped => {
                     if head.more.is_empty() {
                         head.more.extend_from_slice(&head.first[..head.first_len]);
                     }
@@ -526,6 +541,14 @@ impl Head {
                     let read = file.read_at(&mut head.more[at..], at as u64);
                     head.more.truncate(at + *read.as_ref().unwrap_or(&0));
                     read
+                }
+                // Past it: scanned on, not kept.
+                _ => {
+                    if !head.dropped {
+                        (head.dropped, head.first_len, head.more) = (true, 0, Vec::new());
+                    }
+                    scratch.resize(64 * 1024, 0);
+                    file.read_at(&mut scratch, at as u64)
                 }
             };
             let n = match n {
@@ -543,6 +566,7 @@ impl Head {
             }
             let mut chunk = match at {
                 0 => &head.first[..n],
+                _ if head.dropped => &scratch[..n],
                 _ => &head.more[at..],
             };
             if at == 0 {
@@ -550,6 +574,7 @@ impl Head {
                 wide = head.encoding.decoder();
                 chunk = &chunk[head.encoding.bom().len().min(n)..];
             }
+            at += n;
             match &mut wide {
                 Some(decoder) => {
                     decoded.clear();
@@ -592,6 +617,9 @@ impl Head {
         stop: impl Fn() -> bool,
     ) -> Result<(), S::Error> {
         use std::io::{Read as _, Seek as _};
+        if self.dropped {
+            return search_file(searcher, matcher, file, sink, stop);
+        }
         let utf32 = is_utf32(self.encoding);
         if self.whole && !utf32 {
             return searcher.search_slice(matcher, self.bytes(), sink);

@@ -760,6 +760,69 @@ async fn glob_and_type_do_not_search_hidden_or_ignored_files() {
     );
 }
 
+/// Files with no LF in their first MiB, whose start the search reads again, are searched
+/// whole: one line to its end, or lines ending in CR told from the whole file.
+#[tokio::test]
+async fn files_with_no_lf_in_their_first_mib_are_searched_whole() {
+    let fx = Fixture::new();
+    let long = "x".repeat(3 << 20);
+    fx.put("one.json", &format!("{long} needle"));
+    fx.put("mac.txt", &format!("{long}\rneedle\rtail\r"));
+    expect![[r#"
+        mac.txt:2:needle
+        one.json:1:xxxxxxxxx"#]]
+    .assert_eq(
+        &fx.ok("grep", json!({"pattern": "needle", "output_mode": "content"}))
+            .await
+            .lines()
+            .map(|l| l.chars().take(20).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+}
+
+/// Set in the child copy of the next test to the folder it works in.
+const NO_LF_VAR: &str = "TOOLMUX_FS_TEST_GREP_NO_LF_DIR";
+
+/// A file with no LF is read on to its end to tell whether its lines end in CR, and only
+/// its first MiB is kept for the search: the search of a 128 MiB one raises the process's
+/// peak memory by less than 32 MiB, where it kept the whole file (each search thread held
+/// all it had read of such a file). The file is UTF-16 text then a hole, which decodes to
+/// NUL characters the head reads on through and the search stops at. Measured in a child
+/// copy of the test, so that the other tests' memory does not count.
+#[test]
+fn a_file_without_lf_is_not_held_whole() {
+    if let Some(dir) = std::env::var_os(NO_LF_VAR) {
+        let dir = std::path::PathBuf::from(dir);
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        let fx = Fixture::new();
+        let mut utf16 = vec![0xFF, 0xFE];
+        "a needle, and no line break".encode_utf16().for_each(|u| utf16.extend(u.to_le_bytes()));
+        let path = fx.root().join("wide.txt");
+        std::fs::write(&path, utf16).unwrap();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(128 << 20).unwrap();
+        let before = crate::read::peak_kib();
+        let args = json!({"pattern": "needle", "output_mode": "count"});
+        let out = runtime.block_on(fx.call("grep", args)).unwrap();
+        let grown = crate::read::peak_kib().saturating_sub(before);
+        std::fs::write(dir.join("grown"), grown.to_string()).unwrap();
+        std::fs::write(dir.join("answer"), out.to_text()).unwrap();
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "grep::a_file_without_lf_is_not_held_whole"])
+        .env(NO_LF_VAR, dir.path())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "the child copy failed: {status}");
+    let grown: u64 = std::fs::read_to_string(dir.path().join("grown")).unwrap().parse().unwrap();
+    let answer = std::fs::read_to_string(dir.path().join("answer")).unwrap();
+    assert!(grown < 32 * 1024, "the search raised peak memory by {grown} KiB");
+    assert_eq!(answer, "No matches found");
+}
+
 /// The count footer counts in words that agree, and a page past the end says so on a
 /// line of its own (it was `a.txt:1` then `[1 matching lines in 1 files][offset 5 ...]`).
 #[tokio::test]

@@ -649,7 +649,7 @@ async fn a_read_whose_call_is_dropped_stops_reading() {
 const ONE_LINE_VAR: &str = "TOOLMUX_FS_TEST_ONE_LINE_DIR";
 
 /// The peak resident memory of this process so far (`VmHWM`), in KiB.
-fn peak_kib() -> u64 {
+pub(crate) fn peak_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
