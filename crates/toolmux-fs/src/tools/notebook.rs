@@ -117,7 +117,8 @@ pub(crate) fn render(given: &str, bytes: &[u8], page: CellPage) -> Result<Render
         text.push_str(&rendered);
         shown += 1;
     }
-    let last = first + shown.max(1) - 1;
+    // Saturating: a notebook with no cells takes any offset, `u64::MAX` too.
+    let last = first.saturating_add(shown.max(1) - 1);
     let more = total > 0 && last < total;
     if total == 0 {
         text.push_str("[the notebook has no cells]");

@@ -128,6 +128,16 @@ async fn offset_and_limit_count_cells() {
     expect!["invalid arguments for `fs__read`: at /: offset 7 is past the last cell of `analysis.ipynb`, which has 6 cells (a notebook is read by cells: `offset` and `limit` count cells)"].assert_eq(&err);
 }
 
+/// A notebook with no cells reads as one at any offset, the largest too (it overflowed
+/// counting its last cell).
+#[tokio::test]
+async fn a_notebook_with_no_cells_reads_at_any_offset() {
+    let fx = Fixture::new();
+    fx.put("empty.ipynb", r#"{"cells": [], "nbformat": 4, "nbformat_minor": 5}"#);
+    let out = fx.ok("read", json!({"path": "empty.ipynb", "offset": u64::MAX})).await;
+    assert!(out.ends_with("\n[the notebook has no cells]"), "{out}");
+}
+
 /// A page of a notebook stays within the page's bytes, a cell larger than the page cut.
 #[tokio::test]
 async fn a_notebook_page_stays_within_the_byte_cap() {
