@@ -314,9 +314,18 @@ fn read_page(
         _ => 1,
     };
     let mut buf = vec![0u8; 256 * 1024];
-    let invalid = |e: super::text::DecodeError| FsError::InvalidText {
-        path: path.given.clone(),
-        problem: e.to_string(),
+    // A file refused as binary or as text that does not decode counts as read, by its
+    // bytes: no tool shows it as text, so `write` asking to read it first would send the
+    // caller round in a circle, and it may still be replaced by one that has seen it as
+    // much as it can be seen (a later change to it is still caught).
+    let refused = |error: FsError| {
+        if let Ok(current) = ws.hash_or_fingerprint(&path, counted_max(limits)) {
+            ws.record_read(run, canonical.clone(), current);
+        }
+        error
+    };
+    let invalid = |e: super::text::DecodeError| {
+        refused(FsError::InvalidText { path: path.given.clone(), problem: e.to_string() })
     };
     // Lines end where the page's first text guesses; a file that proves it wrong (a bare CR
     // file with a `\n` after the first chunk, or one whose CRs start later) is read again.
@@ -383,7 +392,7 @@ fn read_page(
                 if let Some(decoder) = encoding.decoder() {
                     wide = Some((encoding, decoder));
                 } else if chunk[..chunk.len().min(SNIFF_BYTES)].contains(&0) {
-                    return Err(FsError::Binary { path: path.given.clone() });
+                    return Err(refused(FsError::Binary { path: path.given.clone() }));
                 }
                 chunk = &chunk[encoding.bom().len()..];
             }

@@ -72,6 +72,30 @@ async fn a_file_changed_since_read_is_refused() {
     assert_eq!(fx.get("a.txt"), "changed by someone");
 }
 
+/// A file `read` refuses as binary or as text that does not decode may be replaced after
+/// that read (it asked to be read first, which could never be done), and still not once
+/// it changed since.
+#[tokio::test]
+async fn a_file_read_refused_as_binary_or_undecodable_may_be_replaced() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root().join("blob.bin"), b"\x7fELF\0\0\x01").unwrap();
+    let mut utf16 = vec![0xFF, 0xFE];
+    utf16.extend([0x00, 0xD8, b'a', 0x00]);
+    std::fs::write(fx.root().join("broken.txt"), utf16).unwrap();
+    for path in ["blob.bin", "broken.txt"] {
+        let before = std::fs::read(fx.root().join(path)).unwrap();
+        fx.err("read", json!({"path": path})).await;
+        fx.ok("write", json!({"path": path, "content": "text now\n"})).await;
+        assert_ne!(std::fs::read(fx.root().join(path)).unwrap(), before, "{path}");
+    }
+    assert_eq!(fx.get("blob.bin"), "text now\n");
+    std::fs::write(fx.root().join("blob.bin"), b"\0binary").unwrap();
+    fx.err("read", json!({"path": "blob.bin"})).await;
+    std::fs::write(fx.root().join("blob.bin"), b"\0changed").unwrap();
+    let refused = fx.err("write", json!({"path": "blob.bin", "content": "x"})).await;
+    assert!(refused.contains("has been modified since it was last read"), "{refused}");
+}
+
 #[tokio::test]
 async fn reads_count_per_run() {
     let fx = Fixture::new();
