@@ -853,9 +853,12 @@ pub(crate) fn apply_patch(
                         ),
                     });
                 }
-                let gone = entry(ws, limits, run, &mut files, &targets, &target)?;
+                let loaded = files.contains_key(&target);
+                let gone = raw_entry(ws, limits, run, &mut files, &targets, &target)?;
                 writable(gone)?;
-                if gone.current.take().is_none() {
+                // Loaded here, it is there if it has bytes; loaded before, if the patch
+                // left it there.
+                if gone.current.take().is_none() && (loaded || gone.original.is_none()) {
                     return Err(missing(ws, path, DELETE));
                 }
                 changes.push(Change { mark: 'D', what: path.clone(), hunks: Vec::new() });
@@ -984,13 +987,46 @@ fn entry<'f>(
         } else {
             (None, None)
         };
-        let mode = original.as_ref().and_then(|_| {
-            use cap_std::fs::MetadataExt as _;
-            ws.dir().metadata(&resolved.relative).ok().map(|meta| meta.mode() & 0o7777)
-        });
+        let mode = original.as_ref().and_then(|_| mode_of(ws, &resolved));
         files.insert(target.clone(), Entry { resolved, original, current, moved_from: None, mode });
     }
     Ok(files.get_mut(target).expect("inserted above"))
+}
+
+/// The entry of `target` for `*** Delete File:`, loaded from disk on first use as bytes,
+/// not as text: deleting needs no decoding, so a binary file or one that is not valid text
+/// may be deleted (and its bytes brought back by `undo`). It is still refused when it
+/// changed since it was read.
+fn raw_entry<'f>(
+    ws: &Workspace,
+    limits: &FsLimits,
+    run: &str,
+    files: &'f mut BTreeMap<PathBuf, Entry>,
+    targets: &BTreeMap<PathBuf, Resolved>,
+    target: &PathBuf,
+) -> Result<&'f mut Entry, FsError> {
+    if !files.contains_key(target) {
+        let resolved = targets[target].clone();
+        let original = match exists(ws, &resolved)? {
+            true => {
+                let bytes = ws.read_small("apply_patch", &resolved, limits.edit_max_bytes)?;
+                let canonical = ws.canonical(&resolved)?;
+                ws.check_fresh(run, &resolved, &canonical, &workspace::hash(&bytes), false)?;
+                Some(bytes)
+            }
+            false => None,
+        };
+        let mode = original.as_ref().and_then(|_| mode_of(ws, &resolved));
+        let current = None;
+        files.insert(target.clone(), Entry { resolved, original, current, moved_from: None, mode });
+    }
+    Ok(files.get_mut(target).expect("inserted above"))
+}
+
+/// The permission bits of the file at `path` (set-id bits included).
+fn mode_of(ws: &Workspace, path: &Resolved) -> Option<u32> {
+    use cap_std::fs::MetadataExt as _;
+    ws.dir().metadata(&path.relative).ok().map(|meta| meta.mode() & 0o7777)
 }
 
 /// Refuses, before anything is written, a file on disk that the patch deletes, changes or

@@ -47,6 +47,30 @@ async fn adds_deletes_changes_and_moves_files_in_one_call() {
 }
 
 /// A moved file keeps its mode: a script stays executable under its new name.
+/// A file deleted is not decoded: a binary file and one that is not valid text are deleted
+/// (they were refused as binary or undecodable), and undo brings their bytes back. One
+/// changed since it was read is still refused.
+#[tokio::test]
+async fn binary_and_undecodable_files_are_deleted() {
+    let fx = Fixture::new();
+    let binary = b"\x7fELF\0\0\x01\xff".to_vec();
+    let invalid = b"caf\xe9\n".to_vec();
+    std::fs::write(fx.root().join("blob.bin"), &binary).unwrap();
+    std::fs::write(fx.root().join("latin1.txt"), &invalid).unwrap();
+    let out =
+        fx.ok("apply_patch", patch("*** Delete File: blob.bin\n*** Delete File: latin1.txt")).await;
+    assert!(out.contains("D blob.bin") && out.contains("D latin1.txt"), "{out}");
+    assert!(!fx.root().join("blob.bin").exists() && !fx.root().join("latin1.txt").exists());
+    fx.ok("undo", json!({})).await;
+    assert_eq!(std::fs::read(fx.root().join("blob.bin")).unwrap(), binary);
+    assert_eq!(std::fs::read(fx.root().join("latin1.txt")).unwrap(), invalid);
+    fx.err("read", json!({"path": "blob.bin"})).await;
+    std::fs::write(fx.root().join("blob.bin"), b"\0changed").unwrap();
+    let refused = fx.err("apply_patch", patch("*** Delete File: blob.bin")).await;
+    assert!(refused.contains("has been modified since it was last read"), "{refused}");
+    assert!(fx.root().join("blob.bin").exists());
+}
+
 #[tokio::test]
 async fn a_moved_file_keeps_its_mode() {
     use std::os::unix::fs::PermissionsExt as _;
