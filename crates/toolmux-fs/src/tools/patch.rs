@@ -740,8 +740,11 @@ struct Applied {
 /// A file the patch touches: what it was, and what it is to become.
 struct Entry {
     resolved: Resolved,
-    /// Its bytes on disk before the patch; `None` when it did not exist.
+    /// Its bytes on disk before the patch; `None` when it did not exist, or was not held.
     original: Option<Vec<u8>>,
+    /// Whether it existed but its bytes were not held: a file over the edit limit that
+    /// the patch deletes, whose deletion cannot be undone.
+    unkept: bool,
     /// Its content after the operations so far; `None` when it is (to be) gone.
     current: Option<TextFile>,
     /// The file it was moved from (`*** Move to:`), whose permissions it keeps.
@@ -858,10 +861,20 @@ pub(crate) fn apply_patch(
                 writable(gone)?;
                 // Loaded here, it is there if it has bytes; loaded before, if the patch
                 // left it there.
-                if gone.current.take().is_none() && (loaded || gone.original.is_none()) {
+                if gone.current.take().is_none()
+                    && (loaded || (gone.original.is_none() && !gone.unkept))
+                {
                     return Err(missing(ws, path, DELETE));
                 }
-                changes.push(Change { mark: 'D', what: path.clone(), hunks: Vec::new() });
+                let what = match gone.unkept && !loaded {
+                    true => format!(
+                        "{path} (over {} MiB, so its bytes were not kept: undo cannot bring \
+                         it back)",
+                        limits.edit_max_bytes / (1024 * 1024)
+                    ),
+                    false => path.clone(),
+                };
+                changes.push(Change { mark: 'D', what, hunks: Vec::new() });
             }
             Op::Update { path, move_to, hunks } => {
                 let source = entry(ws, limits, run, &mut files, &targets, &target)?;
@@ -988,7 +1001,8 @@ fn entry<'f>(
             (None, None)
         };
         let mode = original.as_ref().and_then(|_| mode_of(ws, &resolved));
-        files.insert(target.clone(), Entry { resolved, original, current, moved_from: None, mode });
+        let entry = Entry { resolved, original, unkept: false, current, moved_from: None, mode };
+        files.insert(target.clone(), entry);
     }
     Ok(files.get_mut(target).expect("inserted above"))
 }
@@ -1007,18 +1021,34 @@ fn raw_entry<'f>(
 ) -> Result<&'f mut Entry, FsError> {
     if !files.contains_key(target) {
         let resolved = targets[target].clone();
-        let original = match exists(ws, &resolved)? {
+        let (original, unkept) = match exists(ws, &resolved)? {
             true => {
-                let bytes = ws.read_small("apply_patch", &resolved, limits.edit_max_bytes)?;
                 let canonical = ws.canonical(&resolved)?;
-                ws.check_fresh(run, &resolved, &canonical, &workspace::hash(&bytes), false)?;
-                Some(bytes)
+                match ws.read_small("apply_patch", &resolved, limits.edit_max_bytes) {
+                    Ok(bytes) => {
+                        let current = workspace::hash(&bytes);
+                        ws.check_fresh(run, &resolved, &canonical, &current, false)?;
+                        (Some(bytes), false)
+                    }
+                    // Too large to hold: checked as `read` recorded it (hashed, or
+                    // fingerprinted when larger still), and deleted without its bytes.
+                    Err(FsError::TooLarge { .. }) => {
+                        let whole_max = super::read::counted_max(limits);
+                        let current = ws.hash_or_fingerprint(&resolved, whole_max)?;
+                        ws.check_fresh(run, &resolved, &canonical, &current, false)?;
+                        (None, true)
+                    }
+                    Err(error) => return Err(error),
+                }
             }
-            false => None,
+            false => (None, false),
         };
-        let mode = original.as_ref().and_then(|_| mode_of(ws, &resolved));
-        let current = None;
-        files.insert(target.clone(), Entry { resolved, original, current, moved_from: None, mode });
+        let mode = (original.is_some() || unkept).then(|| mode_of(ws, &resolved)).flatten();
+        let (current, moved_from) = (None, None);
+        files.insert(
+            target.clone(),
+            Entry { resolved, original, unkept, current, moved_from, mode },
+        );
     }
     Ok(files.get_mut(target).expect("inserted above"))
 }
@@ -1033,7 +1063,7 @@ fn mode_of(ws: &Workspace, path: &Resolved) -> Option<u32> {
 /// moves while its owner may not write it, as a write to it is refused.
 fn writable(entry: &Entry) -> Result<(), FsError> {
     match entry.mode {
-        Some(mode) if entry.original.is_some() && mode & 0o200 == 0 => {
+        Some(mode) if (entry.original.is_some() || entry.unkept) && mode & 0o200 == 0 => {
             Err(FsError::ReadOnly { path: entry.resolved.given.clone(), mode })
         }
         _ => Ok(()),
@@ -1082,8 +1112,10 @@ fn commit(
     let mut set_id_notes = Vec::new();
     let writes = files.values().filter(|e| e.current.is_some());
     let removals = files.values().filter(|e| e.current.is_none() && e.original.is_some());
+    // Last, as a failure after them could not bring them back.
+    let unkept = files.values().filter(|e| e.current.is_none() && e.unkept);
     let mut failure = None;
-    for entry in writes.chain(removals) {
+    for entry in writes.chain(removals).chain(unkept) {
         let result = match &entry.current {
             Some(file) => {
                 let bytes = file.bytes();
@@ -1110,8 +1142,14 @@ fn commit(
         }
     }
     let Some(error) = failure else {
+        // A file whose bytes were not held cannot be brought back: its older changes are
+        // forgotten, as undoing them would skip over this one.
+        for entry in done.iter().filter(|entry| entry.unkept) {
+            ws.changes().forget(run, &ws.resolve_target(&entry.resolved));
+        }
         let touched = done
             .iter()
+            .filter(|entry| !entry.unkept)
             .map(|entry| super::undo::Touched {
                 path: entry.resolved.clone(),
                 target: ws.resolve_target(&entry.resolved),

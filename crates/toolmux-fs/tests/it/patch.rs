@@ -71,6 +71,27 @@ async fn binary_and_undecodable_files_are_deleted() {
     assert!(fx.root().join("blob.bin").exists());
 }
 
+/// A file over the edit limit is deleted, saying that undo cannot bring it back (its bytes
+/// are not held), where it was refused as too large; one changed since it was read is
+/// still refused.
+#[tokio::test]
+async fn a_file_over_the_edit_limit_is_deleted() {
+    let fx = Fixture::new();
+    let big = fx.put("big.log", &"line\n".repeat(3000));
+    std::fs::OpenOptions::new().write(true).open(&big).unwrap().set_len(20 << 20).unwrap();
+    fx.ok("read", json!({"path": "big.log", "limit": 1})).await;
+    std::fs::OpenOptions::new().append(true).open(&big).unwrap().set_len(21 << 20).unwrap();
+    let refused = fx.err("apply_patch", patch("*** Delete File: big.log")).await;
+    assert!(refused.contains("has been modified since it was last read"), "{refused}");
+    fx.ok("read", json!({"path": "big.log", "limit": 1})).await;
+    let out = fx.ok("apply_patch", patch("*** Delete File: big.log")).await;
+    expect!["D big.log (over 16 MiB, so its bytes were not kept: undo cannot bring it back)"]
+        .assert_eq(out.lines().last().unwrap());
+    assert!(!big.exists());
+    let none = fx.err("undo", json!({})).await;
+    assert!(none.contains("no change is kept for this run"), "{none}");
+}
+
 #[tokio::test]
 async fn a_moved_file_keeps_its_mode() {
     use std::os::unix::fs::PermissionsExt as _;
