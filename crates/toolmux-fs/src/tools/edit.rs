@@ -452,13 +452,17 @@ pub(super) fn load(
     path: &Resolved,
     tool: &'static str,
 ) -> Result<(String, Encoding), FsError> {
-    let bytes = ws.read_small(tool, path, limits.edit_max_bytes)?;
+    // What is read is what is checked: the file where the path leads now, opened with no
+    // symlink followed, so a name swapped for a link to a `hide` file after the caller's
+    // check is not read (and shown in the edit's diff or written back).
+    let canonical = ws.canonical(path)?;
+    ws.check_read(path, &canonical)?;
+    let bytes = ws.read_small_at(tool, path, &canonical, limits.edit_max_bytes)?;
     let encoding = Encoding::sniff(&bytes);
     // NUL bytes are ordinary in UTF-16 and UTF-32 text.
     if !encoding.is_wide() && bytes[..bytes.len().min(8192)].contains(&0) {
         return Err(FsError::Binary { path: path.given.clone() });
     }
-    let canonical = ws.canonical(path)?;
     ws.check_fresh(run, path, &canonical, &workspace::hash(&bytes), false)?;
     let text = encoding.decode(&bytes).map_err(|why| FsError::Edit {
         path: path.given.clone(),

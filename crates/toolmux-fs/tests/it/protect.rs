@@ -352,13 +352,24 @@ async fn a_name_swapped_for_a_link_to_a_hidden_file_shows_nothing_hidden() {
         }
     });
     let (mut shown, mut leaked) = (0, Vec::new());
-    for _ in 0..400 {
+    for round in 0..400 {
+        // An edit of a file not read in the run: no record of its content stops it.
+        let edit = json!({"path": "notes.txt", "old_string": "-VALUE\n",
+            "new_string": "-VALUE.\n"});
+        let edited = fx.call_in(&format!("edit-{round}"), "edit", edit).await;
         let args = json!({"pattern": "VALUE", "output_mode": "content"});
         let outputs = [
+            edited,
             fx.call("grep", args).await,
             fx.call("grep", json!({"pattern": "VALUE", "path": "notes.txt"})).await,
             fx.call("read", json!({"path": "notes.txt"})).await,
             fx.call("read", json!({"path": "notes.txt", "anchor_line": 1})).await,
+            fx.call(
+                "edit",
+                json!({"path": "notes.txt", "old_string": "-VALUE\n",
+                "new_string": "-VALUE.\n"}),
+            )
+            .await,
         ];
         for output in outputs {
             let text = match output {
