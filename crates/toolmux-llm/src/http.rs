@@ -329,7 +329,7 @@ impl Endpoint {
         }
         let code = status.as_u16();
         let kinds = error_kinds(&body);
-        let mut message = self.redact(&error_message(&body, status));
+        let mut message = error_message(&body, status, |text| self.redact(text));
         if status.is_redirection() {
             // Redirects are not followed: a 301 or 302 would turn the POST into a GET.
             if let Some(location) = location {
@@ -388,11 +388,13 @@ impl Endpoint {
                         }
                     }
                     Err(StreamError::Api { kind, status, message }) => {
-                        let message = self.redact(&excerpt(&message, ERROR_EXCERPT_BYTES));
+                        // Redacted before it is cut: a key across the cut would keep its
+                        // start.
+                        let message = excerpt(&self.redact(&message), ERROR_EXCERPT_BYTES);
                         // The kind decides first: a spent quota said as `insufficient_quota`
                         // stands for a 429 too, and its message need not say so in words.
                         let retry = worth_retrying(status, &[kind.as_str()], &message);
-                        let kind = self.redact(&excerpt(&kind, 100));
+                        let kind = excerpt(&self.redact(&kind), 100);
                         let error = ModelError::StreamFailed {
                             model: self.name.clone(),
                             kind,
@@ -624,8 +626,10 @@ pub(crate) fn error_kind_status(kind: &str) -> Option<u16> {
 
 /// The API's message from an error body (`{"error": {"message": …}}` for both OpenAI and
 /// Anthropic, `{"error": "…"}` or `{"message": …}` for some compatible servers, the first
-/// of a list of such for Gemini's), else an excerpt of the body, else the status's reason.
-fn error_message(body: &[u8], status: StatusCode) -> String {
+/// of a list of such for Gemini's), else an excerpt of the body, else the status's reason;
+/// `redact` is applied before the text is cut, so that a secret across the cut is
+/// redacted whole rather than its start kept.
+fn error_message(body: &[u8], status: StatusCode, redact: impl Fn(&str) -> String) -> String {
     if let Ok(mut value) = serde_json::from_slice::<Value>(body) {
         // Gemini's compatible API answers `[{"error": {"code": 400, "message": …}}]`.
         if let Value::Array(errors) = &mut value
@@ -639,7 +643,7 @@ fn error_message(body: &[u8], status: StatusCode) -> String {
             .or_else(|| value.get("message"))
             .and_then(Value::as_str);
         if let Some(message) = message {
-            return excerpt(message.trim(), ERROR_EXCERPT_BYTES);
+            return excerpt(&redact(message.trim()), ERROR_EXCERPT_BYTES);
         }
     }
     let text = String::from_utf8_lossy(body);
@@ -647,7 +651,7 @@ fn error_message(body: &[u8], status: StatusCode) -> String {
     if text.is_empty() {
         status.canonical_reason().unwrap_or("no reason given").to_lowercase()
     } else {
-        excerpt(text, ERROR_EXCERPT_BYTES)
+        excerpt(&redact(text), ERROR_EXCERPT_BYTES)
     }
 }
 
@@ -836,21 +840,41 @@ mod tests {
     fn error_messages_come_from_the_api_or_an_excerpt() {
         let status = StatusCode::BAD_REQUEST;
         assert_eq!(
-            error_message(br#"{"error":{"message":"bad tool schema","type":"x"}}"#, status),
+            error_message(
+                br#"{"error":{"message":"bad tool schema","type":"x"}}"#,
+                status,
+                str::to_owned
+            ),
             "bad tool schema"
         );
-        assert_eq!(error_message(br#"{"error":"no such model"}"#, status), "no such model");
+        assert_eq!(
+            error_message(br#"{"error":"no such model"}"#, status, str::to_owned),
+            "no such model"
+        );
         assert_eq!(
             error_message(
                 br#"[{"error":{"code":400,"message":"missing a thought_signature"}}]"#,
-                status
+                status,
+                str::to_owned
             ),
             "missing a thought_signature"
         );
-        assert_eq!(error_message(b"", status), "bad request");
+        assert_eq!(error_message(b"", status, str::to_owned), "bad request");
         let long = "é".repeat(1500);
-        let cut = error_message(long.as_bytes(), status);
+        let cut = error_message(long.as_bytes(), status, str::to_owned);
         assert!(cut.len() <= ERROR_EXCERPT_BYTES + '…'.len_utf8(), "{}", cut.len());
         assert!(cut.ends_with('…'));
+        // A secret across the cut is redacted whole, where the cut came first and kept
+        // its start.
+        let key = "sk-secret-0123456789abcdef";
+        for body in [
+            format!("{}{key} tail", "x".repeat(ERROR_EXCERPT_BYTES - 10)),
+            serde_json::json!({"error": {"message":
+                format!("{}{key}", "x".repeat(ERROR_EXCERPT_BYTES - 10))}})
+            .to_string(),
+        ] {
+            let cut = error_message(body.as_bytes(), status, |t| t.replace(key, "[redacted]"));
+            assert!(!cut.contains("sk-secret"), "{cut}");
+        }
     }
 }
