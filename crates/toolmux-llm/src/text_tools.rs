@@ -217,7 +217,11 @@ fn read_calls(mut answer: ModelResponse, request: &ModelRequest) -> ModelRespons
     if !calls.is_empty() {
         answer.content = text.trim().to_owned();
         answer.tool_calls.extend(calls);
-        answer.stop = StopReason::ToolUse;
+        // An answer cut at the output limit stays so: its last block may be unclosed, and
+        // the agent tells the model to write less only when it knows.
+        if answer.stop != StopReason::MaxTokens {
+            answer.stop = StopReason::ToolUse;
+        }
     }
     answer
 }
@@ -308,6 +312,21 @@ mod tests {
         assert!(read.tool_calls[2].raw_arguments.as_deref().is_some_and(|r| r.contains("oops")));
         let ids: HashSet<&str> = read.tool_calls.iter().map(|c| c.id.as_str()).collect();
         assert_eq!(ids.len(), 3);
+    }
+
+    /// An answer cut at the output limit keeps saying so when it holds blocks, the last
+    /// one unclosed, where it became a tool use and the agent's hint to write less was
+    /// never given.
+    #[test]
+    fn a_cut_answer_stays_cut() {
+        let mut answer = ModelResponse::text(
+            "<tool>{\"tool_name\": \"fs__read\", \"arguments\": {\"path\": \"a.md\"}}</tool>\
+             <tool>{\"tool_name\": \"fs__write\", \"arguments\": {\"content\": \"lo",
+        );
+        answer.stop = StopReason::MaxTokens;
+        let read = read_calls(answer, &ModelRequest::default());
+        assert_eq!(read.stop, StopReason::MaxTokens);
+        assert_eq!(read.tool_calls.len(), 2);
     }
 
     #[test]
