@@ -182,7 +182,9 @@ impl Session<'_> {
         if state.pending_external.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let ctx = self.ctx.child();
+        // The session's bookkeeping, not the run's work: the run's budget neither counts
+        // nor refuses it (spent, it left arrived results undelivered).
+        let ctx = self.ctx.child().outside_budget();
         let inbox = self.orchestrator.execute(ToolCall::new(EXTERNAL_INBOX, json!({})), &ctx).await;
         if !inbox.ok {
             tracing::debug!(agent = %self.name, "the inbox could not be read: {}", inbox.conversation_text());
@@ -211,7 +213,7 @@ impl Session<'_> {
     /// there since it last read; `None` when there is nothing or no gateway.
     async fn carried(&self) -> Option<String> {
         self.orchestrator.registry().get(GATEWAY_CONTEXT)?;
-        let ctx = self.ctx.child();
+        let ctx = self.ctx.child().outside_budget();
         let got = self.orchestrator.execute(ToolCall::new(GATEWAY_CONTEXT, json!({})), &ctx).await;
         if !got.ok {
             tracing::debug!(agent = %self.name, "the gateway's context could not be read: {}", got.conversation_text());

@@ -472,6 +472,17 @@ async fn run_answered_later(
     arguments: Value,
     answer: &'static str,
 ) -> Vec<ModelRequest> {
+    run_answered_later_with(OrchestratorConfig::default(), name, config, arguments, answer).await
+}
+
+/// [`run_answered_later`] with an orchestrator configured by `orchestrator`.
+async fn run_answered_later_with(
+    orchestrator: OrchestratorConfig,
+    name: &str,
+    config: toolmux_external::ExternalToolConfig,
+    arguments: Value,
+    answer: &'static str,
+) -> Vec<ModelRequest> {
     use toolmux_external::{ExternalProvider, MemoryPendingStore};
     let store = Arc::new(MemoryPendingStore::default());
     let external =
@@ -488,7 +499,8 @@ async fn run_answered_later(
     );
     let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
     let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
-    let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
+    let (agents, orchestrator) =
+        start_agents_with(orchestrator, one("a", agent("m")), only(&model), providers).await;
     let report = agents.run("a", "go", &CallContext::new()).await.unwrap();
     assert_eq!(report.status, AgentStatus::Success);
     orchestrator.cleanup().await;
@@ -518,6 +530,33 @@ async fn results_of_asynchronous_calls_reach_the_model() {
             && content.contains("built in 3 s"),
         "{content}"
     );
+}
+
+/// The session's reads of the inbox are its own bookkeeping, not the run's work: with
+/// `maxToolCallsPerRun` 2 the run's two calls are made and the result still reaches the
+/// model, where the polls counted, the second call was refused and the result never came.
+#[tokio::test]
+async fn inbox_reads_are_outside_the_run_budget() {
+    let job = toolmux_external::ExternalToolConfig {
+        description: "Starts a build".into(),
+        is_async: true,
+        ..toolmux_external::ExternalToolConfig::default()
+    };
+    let budget = toolmux_orchestrator::RunBudgetConfig { max_calls: Some(2), ..Default::default() };
+    let config = OrchestratorConfig::default().with_run_budget(budget);
+    let requests =
+        run_answered_later_with(config, "build", job, json!({"target": "docs"}), "built").await;
+    assert_eq!(requests.len(), 3);
+    // The echo, the run's second call, was made.
+    let messages = &requests[2].messages;
+    let Some(Message::Tool { results }) = messages.get(messages.len() - 2) else {
+        panic!("expected the echo's result before the inbox's: {messages:?}")
+    };
+    assert!(results.iter().all(|r| !r.is_error), "{results:?}");
+    let Some(Message::User { content }) = requests[2].messages.last() else {
+        panic!("expected the inbox's results last: {:?}", requests[2].messages.last())
+    };
+    assert!(content.contains("built"), "{content}");
 }
 
 /// The result of a synchronous external call that timed out, submitted later, reaches the
