@@ -596,14 +596,7 @@ impl Workspace {
         path: &Resolved,
     ) -> Result<(std::fs::File, std::fs::Metadata), FsError> {
         let file = self.open_file(&path.relative).map_err(|e| FsError::from_io(&path.given, e))?;
-        let meta = file.metadata().map_err(|e| FsError::from_io(&path.given, e))?;
-        if meta.is_dir() {
-            return Err(FsError::IsDirectory { path: path.given.clone() });
-        }
-        if !meta.is_file() {
-            return Err(FsError::NotRegularFile { path: path.given.clone() });
-        }
-        Ok((file, meta))
+        regular(path, file)
     }
 
     /// [`Workspace::open_regular`] of the file at `canonical` (where `path` led when it was
@@ -621,14 +614,7 @@ impl Workspace {
             }
             _ => FsError::from_io(&path.given, e),
         })?;
-        let meta = file.metadata().map_err(|e| FsError::from_io(&path.given, e))?;
-        if meta.is_dir() {
-            return Err(FsError::IsDirectory { path: path.given.clone() });
-        }
-        if !meta.is_file() {
-            return Err(FsError::NotRegularFile { path: path.given.clone() });
-        }
-        Ok((file, meta))
+        regular(path, file)
     }
 
     /// Opens `relative` (relative to the root, symlinks resolved: a result of
@@ -1111,6 +1097,22 @@ fn shown_unescaped(given: &str) -> Option<PathBuf> {
         });
     }
     (!bytes.contains(&0)).then(|| PathBuf::from(std::ffi::OsString::from_vec(bytes)))
+}
+
+/// `file`, opened for `path`, with its metadata, when it is a regular file (judged by the
+/// open file itself); a folder or anything else is refused, naming `path`.
+fn regular(
+    path: &Resolved,
+    file: std::fs::File,
+) -> Result<(std::fs::File, std::fs::Metadata), FsError> {
+    let meta = file.metadata().map_err(|e| FsError::from_io(&path.given, e))?;
+    if meta.is_dir() {
+        return Err(FsError::IsDirectory { path: path.given.clone() });
+    }
+    if !meta.is_file() {
+        return Err(FsError::NotRegularFile { path: path.given.clone() });
+    }
+    Ok((file, meta))
 }
 
 #[cfg(test)]

@@ -1023,8 +1023,11 @@ fn raw_entry<'f>(
         let resolved = targets[target].clone();
         let (original, unkept) = match exists(ws, &resolved)? {
             true => {
+                // Read where the check found it, no symlink followed (as `load` does).
                 let canonical = ws.canonical(&resolved)?;
-                match ws.read_small("apply_patch", &resolved, limits.edit_max_bytes) {
+                ws.check_read(&resolved, &canonical)?;
+                match ws.read_small_at("apply_patch", &resolved, &canonical, limits.edit_max_bytes)
+                {
                     Ok(bytes) => {
                         let current = workspace::hash(&bytes);
                         ws.check_fresh(run, &resolved, &canonical, &current, false)?;
