@@ -532,18 +532,29 @@ impl toolmux_mcp::server::HolderViews for BobsView {
 
 /// A stateless client of the 2026-07-28 revision sending `key`.
 async fn stateless_client(server: &HttpServer, key: &str) -> crate::support::Client {
-    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let mode = rmcp::service::ClientLifecycleMode::Discover {
+        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+    };
+    client_with_key(server, key, mode).await.0
+}
+
+/// A client of `server` in `mode` sending `key`, and what it heard.
+async fn client_with_key(
+    server: &HttpServer,
+    key: &str,
+    mode: rmcp::service::ClientLifecycleMode,
+) -> (crate::support::Client, crate::support::Recorder) {
+    use rmcp::service::ClientServiceExt;
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     crate::support::install_crypto();
     let config = StreamableHttpClientTransportConfig::with_uri(server.url()).auth_header(key);
     let transport = StreamableHttpClientTransport::from_config(config);
-    let mode = ClientLifecycleMode::Discover {
-        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-    };
-    within(crate::support::Recorder::default().serve_with_lifecycle(transport, mode))
+    let recorder = crate::support::Recorder::default();
+    let client = within(recorder.clone().serve_with_lifecycle(transport, mode))
         .await
-        .expect("client connects")
+        .expect("client connects");
+    (client, recorder)
 }
 
 /// The URI of the next `notifications/resources/updated` of `subscription`.
@@ -689,30 +700,12 @@ impl ToolProvider for HidingTools {
     }
 }
 
-/// A client of `server` over the handshake revisions sending `key`.
-async fn keyed_client(
-    server: &HttpServer,
-    key: &str,
-) -> (crate::support::Client, crate::support::Recorder) {
-    use rmcp::service::ClientServiceExt;
-    use rmcp::transport::StreamableHttpClientTransport;
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    crate::support::install_crypto();
-    let config = StreamableHttpClientTransportConfig::with_uri(server.url()).auth_header(key);
-    let transport = StreamableHttpClientTransport::from_config(config);
-    let recorder = crate::support::Recorder::default();
-    let mode = rmcp::service::ClientLifecycleMode::Initialize;
-    let client = within(recorder.clone().serve_with_lifecycle(transport, mode))
-        .await
-        .expect("client connects");
-    (client, recorder)
-}
-
 /// A key holder whose view hides tools is told the tool list changed only when its own
 /// list did, over a session and over `subscriptions/listen` alike: a tool it cannot see
 /// coming or going was announced to it, telling it of tools outside its view.
 #[tokio::test]
 async fn a_key_holder_hears_only_of_changes_to_its_own_lists() {
+    use rmcp::service::ClientLifecycleMode::Initialize;
     let mock = Arc::new(MockProvider::new("mock").with_tool("a", Behavior::Echo));
     let keys = ApiKeys::new(vec![
         ApiKey { name: "alice".into(), key: "alice-key-0123456789".into() },
@@ -725,8 +718,9 @@ async fn a_key_holder_hears_only_of_changes_to_its_own_lists() {
         ..Default::default()
     };
     let server = HttpServer::start(mock.clone(), options).await;
-    let (alice, heard_by_alice) = keyed_client(&server, "alice-key-0123456789").await;
-    let (bob, heard_by_bob) = keyed_client(&server, "bob-key-0123456789ab").await;
+    let (alice, heard_by_alice) =
+        client_with_key(&server, "alice-key-0123456789", Initialize).await;
+    let (bob, heard_by_bob) = client_with_key(&server, "bob-key-0123456789ab", Initialize).await;
     let listening_bob = stateless_client(&server, "bob-key-0123456789ab").await;
     let filter = SubscriptionFilter::builder().tools_list_changed().build();
     let mut listen = within(listening_bob.listen(filter)).await.unwrap();
