@@ -1297,6 +1297,11 @@ struct Planted {
 /// or `NAME.rejected.N` when that is taken, else removes it; what was done, for the note,
 /// and where it went.
 fn move_aside(path: &Path, root: &Path) -> Option<(String, Option<PathBuf>)> {
+    // A folder on the way that is a symlink (`.claude` made a link to the user's own
+    // `~/.claude`) is what the command made: it is moved aside, never the file it leads
+    // to, which toolmux, outside the sandbox, would rename wherever the link points.
+    let linked = linked_folder(path, root);
+    let path = linked.as_deref().unwrap_or(path);
     let shown = path.strip_prefix(root).unwrap_or(path).display().to_string();
     let name = path.file_name()?;
     let free = (1..100).map(|n| {
@@ -1327,6 +1332,24 @@ fn move_aside(path: &Path, root: &Path) -> Option<(String, Option<PathBuf>)> {
             (format!("`{shown}` (not moved: {e})"), None)
         }
     })
+}
+
+/// The first folder between `root` and `path` (beneath it) that is a symlink, if any.
+fn linked_folder(path: &Path, root: &Path) -> Option<PathBuf> {
+    let relative = path.strip_prefix(root).ok()?;
+    let mut folder = root.to_path_buf();
+    let mut parts = relative.components().peekable();
+    while let Some(part) = parts.next() {
+        // The last part is the file itself: only the folders before it count.
+        parts.peek()?;
+        folder.push(part);
+        match std::fs::symlink_metadata(&folder) {
+            Ok(meta) if meta.file_type().is_symlink() => return Some(folder),
+            Ok(meta) if meta.is_dir() => {}
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// The `.git` entries (folders, files or symlinks) beneath `root`, its own aside, and

@@ -649,6 +649,35 @@ async fn hide_lines_reach_commands_in_read_only_mode_too() {
     assert!(!text.contains("private"), "{text}");
 }
 
+/// A command that makes a watched file's folder a symlink out of the root (`.claude` to
+/// the user's own `~/.claude`) has the link moved aside when it ends, never the file it
+/// leads to: toolmux, outside the sandbox, renamed the user's global settings file.
+#[tokio::test]
+async fn a_link_a_command_makes_to_a_watched_files_folder_is_what_is_moved() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let outside = unsandboxed_dir();
+    std::fs::write(outside.path().join("settings.json"), "{\"mine\": true}").unwrap();
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(BashConfig::default());
+    let fs = FsProvider::new(config).unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    let command = format!("ln -s '{}' .claude && echo linked", outside.path().display());
+    let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await.unwrap();
+    let text = out.to_text();
+    assert!(text.contains("linked"), "{text}");
+    let settings = std::fs::read_to_string(outside.path().join("settings.json"));
+    assert_eq!(settings.unwrap(), "{\"mine\": true}", "{text}");
+    assert!(!outside.path().join("settings.json.rejected").exists(), "{text}");
+    assert!(text.contains("`.claude` (moved to `.claude.rejected`)"), "{text}");
+    let aside = std::fs::symlink_metadata(root.join(".claude.rejected")).unwrap();
+    assert!(aside.file_type().is_symlink());
+}
+
 /// Where the root has no repository, a command cannot make one (its hooks and settings
 /// would run outside the sandbox at the user's next `git` command): it is moved aside, and
 /// the result says so. With `protectPaths: false` it stays.
