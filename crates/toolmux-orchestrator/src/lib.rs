@@ -13,8 +13,8 @@
 //! limit → queue slot → a slot among the provider's calls in flight → timeout (optionally
 //! reset by progress, never past a hard cap) with retries for idempotent tools → the
 //! provider call → after-hooks (a cached answer's too) →
-//! size caps (text spilled to the output store or truncated; images and audio past their
-//! own cap left out with a note) → context-token budget → accounting
+//! size caps (text spilled to the output store or truncated; media (images, audio, resource
+//! blobs) past their own cap left out with a note) → context-token budget → accounting
 //! (statistics, audit log, events, tracing). A panic in the provider or in a hook becomes
 //! an error of the call, code `panicked`: the provider's is
 //! [`ToolError::Panicked`](toolmux_core::ToolError::Panicked), the provider's fault; a

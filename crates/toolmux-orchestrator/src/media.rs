@@ -83,8 +83,8 @@ pub(crate) fn cap_media(output: &mut ToolOutput, max: usize, tool: &str) {
         }
         full = true;
         let note = format!(
-            "[{kind} left out ({mime}, {size} bytes of base64): this result's images and audio \
-             are over the {max}-byte cap for media; ask `{tool}` for fewer or smaller ones, or \
+            "[{kind} left out ({mime}, {size} bytes of base64): this result's media \
+             (images, audio, resource blobs) are over the {max}-byte cap for media; ask `{tool}` for fewer or smaller ones, or \
              raise `defaults.mediaResponseMaxBytes` (or `tools.{tool}.mediaResponseMaxBytes`)]"
         );
         *part = ContentPart::Text { text: note };

@@ -74,7 +74,7 @@ pub(crate) struct ResolvedSettings {
     /// The tool's size cap, when not the configuration's default: set on the tool, hinted by
     /// the tool itself (bounded), or set on its provider, in that order.
     pub response_max: Option<usize>,
-    /// The tool's cap on images and audio, when not the configuration's default: set on
+    /// The tool's cap on media (images, audio, resource blobs), when not the configuration's default: set on
     /// the tool or on its provider.
     pub media_max: Option<usize>,
 }

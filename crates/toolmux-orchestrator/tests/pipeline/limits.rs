@@ -346,7 +346,7 @@ async fn images_over_the_media_cap_are_left_out_with_a_note() {
         })
         .collect();
     assert_eq!(notes.len(), 3, "{out:?}");
-    expect!["[image left out (image/png, 400 bytes of base64): this result's images and audio are over the 1000-byte cap for media; ask `m__shots` for fewer or smaller ones, or raise `defaults.mediaResponseMaxBytes` (or `tools.m__shots.mediaResponseMaxBytes`)]"]
+    expect!["[image left out (image/png, 400 bytes of base64): this result's media (images, audio, resource blobs) are over the 1000-byte cap for media; ask `m__shots` for fewer or smaller ones, or raise `defaults.mediaResponseMaxBytes` (or `tools.m__shots.mediaResponseMaxBytes`)]"]
         .assert_eq(notes[0]);
     assert_eq!(out.extras["capped_media"], json!({"parts": 3, "bytes": 1200}));
     assert_eq!(out.extras["annotations"], json!([{"index": 1, "annotations": {"priority": 1.0}}]));

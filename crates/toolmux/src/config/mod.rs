@@ -1264,7 +1264,7 @@ pub struct ToolEntry {
     /// `defaults.toolResponseMaxBytes` or the size the tool itself announces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_max_bytes: Option<usize>,
-    /// Its images and audio over this many bytes of base64 are left out, instead of at
+    /// Its images, audio and resource blobs over this many bytes of base64 are left out, instead of at
     /// `defaults.mediaResponseMaxBytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_response_max_bytes: Option<usize>,
