@@ -9,6 +9,7 @@ use crate::{
     RedisRateLimits,
 };
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 /// A connection to one Redis server (a pool for commands, one connection for pub/sub),
 /// from which the shared queues, cache and pending store are made. Cheap to clone;
@@ -27,6 +28,10 @@ pub(crate) struct BackendShared {
     /// Names this process among the replicas (in slot and call ids): random, so that a
     /// restarted process never takes over the ids of the one before.
     pub(crate) replica: String,
+    /// Numbers this replica's rate limit reservations (their ids, `{replica}-{n}`): one
+    /// count for all its limits, so that no two reservations share an id, whether of two
+    /// limits on one call (a tool's and its provider's) or of two limiters of one limit.
+    pub(crate) reservations: AtomicU64,
 }
 
 impl RedisBackend {
@@ -43,6 +48,7 @@ impl RedisBackend {
                 client,
                 pubsub,
                 replica: toolmux_core::unique_token(),
+                reservations: AtomicU64::new(0),
             }),
         })
     }

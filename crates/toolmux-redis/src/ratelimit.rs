@@ -19,7 +19,8 @@
 //! `{prefix}:rlh:{key}` (a sorted set), at most [`MAX_OPEN_TURNS`] of each. A
 //! reservation whose answer never came (lost with its connection, past its timeout, or its
 //! caller gone while it was on its way) is given back the same way by the id this replica
-//! chose for it: the reservation keeps its turn's number under `{prefix}:rlt:{id}` while
+//! chose for it (`{replica}-{n}`, one count for all its limits, so that the reservations of
+//! a tool's limit and its provider's on one call never share an id): the reservation keeps its turn's number under `{prefix}:rlt:{id}` while
 //! the limit's state lasts, and a give-back that finds none leaves `{prefix}:rlx:{id}` for
 //! five minutes, so that a reservation still on its way to Redis reserves nothing. While
 //! Redis does not answer, each replica falls back to its own in-process limiter for that
@@ -38,7 +39,7 @@ use crate::error::RedisError;
 use crate::resp::Reply;
 use async_trait::async_trait;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use toolmux_orchestrator::RateLimit;
 use toolmux_orchestrator::ratelimit::{Limiter, RateLimitBackend, RateLimiter, Turn};
@@ -259,7 +260,6 @@ impl RedisRateLimits {
             limit,
             local: RateLimiter::new(limit),
             degraded: AtomicBool::new(false),
-            reservations: AtomicU64::new(0),
         }
     }
 }
@@ -281,8 +281,6 @@ struct RedisLimiter {
     local: RateLimiter,
     /// Whether the last reservation fell back to `local` (logged when it changes).
     degraded: AtomicBool,
-    /// Numbers this replica's reservations of the limit (their ids).
-    reservations: AtomicU64,
 }
 
 impl RedisLimiter {
@@ -290,6 +288,19 @@ impl RedisLimiter {
         if self.backend.client.skip_optional() {
             return None;
         }
+        let id = self.next_id();
+        self.reserve_as(id).await
+    }
+
+    /// The id of this replica's next reservation, of this limit or any other.
+    fn next_id(&self) -> String {
+        let n = self.backend.reservations.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}", self.backend.replica)
+    }
+
+    /// Reserves a turn of the shared limit under reservation `id`; `None` when Redis gave
+    /// no turn or refusal (it did not answer, or `id` was withdrawn before it came).
+    async fn reserve_as(&self, id: String) -> Option<Result<Turn, Duration>> {
         let interval = self.limit.per / self.limit.calls.max(1);
         let args = [
             micros(interval),
@@ -299,8 +310,6 @@ impl RedisLimiter {
         ];
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         let timeout = self.backend.settings.timeout;
-        let n = self.reservations.fetch_add(1, Ordering::Relaxed);
-        let id = format!("{}-{n}", self.backend.replica);
         let (record, withdrawn) = self.keys_of(&id);
         // Armed before the script goes out: a reservation whose answer never comes (lost,
         // too late, or its caller gone meanwhile) is given back by its id.
@@ -572,6 +581,45 @@ mod tests {
         assert_eq!(arrival(&limiter).await, before);
         assert!(!release.run().await.expect("give back"), "given back twice");
         assert_eq!(arrival(&limiter).await, before);
+    }
+
+    /// A call under a tool's limit and its provider's reserves a turn of each, on one
+    /// replica: a reservation of one limit withdrawn or given back by its id touches no
+    /// reservation of the other (their ids were counted per limit and met on the same
+    /// record and withdrawal mark, so the other call fell back to this replica's own
+    /// limiter, and a give-back took the other limit's record and gave nothing back).
+    #[tokio::test]
+    async fn the_ids_of_two_limits_reservations_never_meet() {
+        let server = RedisServer::start();
+        let backend = RedisBackend::new(&RedisConfig::new(server.url())).expect("valid url");
+        let limit =
+            RateLimit { calls: 1, per: Duration::from_secs(60), wait: Duration::from_secs(600) };
+        let rate_limits = backend.rate_limits();
+        let tool = rate_limits.redis_limiter("tool:t", limit);
+        let provider = rate_limits.redis_limiter("provider:p", limit);
+
+        // The tool's reservation is withdrawn before it reaches Redis; the provider's is
+        // still shared.
+        let (tool_id, provider_id) = (tool.next_id(), provider.next_id());
+        assert!(!tool.release_by_id(tool_id).run().await.expect("give back"));
+        let turn = provider.reserve_as(provider_id).await.expect("a shared turn");
+        let turn = turn.expect("at once");
+        assert_ne!(turn.mark(), 0, "the provider's call fell back to the local limiter");
+        let first = arrival(&provider).await;
+
+        // Both reserve; the tool's answer is lost and given back by its id: the provider's
+        // turn stays, and is given back by its own id in turn.
+        let (tool_id, provider_id) = (tool.next_id(), provider.next_id());
+        let tool_turn = tool.reserve_as(tool_id.clone()).await.expect("a shared turn");
+        assert_eq!(tool_turn.map(|turn| turn.wait()), Ok(Duration::ZERO));
+        let waiting = provider.reserve_as(provider_id.clone()).await.expect("a shared turn");
+        assert!(waiting.is_ok(), "{waiting:?}");
+        assert_eq!(arrival(&provider).await, first + 60_000 * MS);
+        assert!(tool.release_by_id(tool_id).run().await.expect("give back"), "the tool's turn");
+        assert_eq!(arrival_of(&tool).await, None, "the tool's limit is whole again");
+        assert_eq!(arrival(&provider).await, first + 60_000 * MS, "the provider's turn moved");
+        assert!(provider.release_by_id(provider_id).run().await.expect("give back"));
+        assert_eq!(arrival(&provider).await, first);
     }
 
     /// As `RateLimiter`'s test of the same name: turns not come and a turn that came at
