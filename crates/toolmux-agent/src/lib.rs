@@ -48,6 +48,7 @@ mod config;
 mod error;
 mod handler;
 mod hooks;
+mod inbox;
 pub mod internal;
 mod listen;
 mod pause;

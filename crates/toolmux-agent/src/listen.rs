@@ -2,8 +2,10 @@
 //! inbox has something (messages of others in its active space, results of its
 //! asynchronous external calls), then works on it in one run, a cycle, and sleeps again.
 
+use crate::inbox::{self, EXTERNAL_INBOX};
 use crate::{AgentError, AgentReport, Agents, NAMESPACE, RunOptions};
 use serde_json::{Value, json};
+use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::time::Instant;
 use toolmux_core::{CallContext, Op, ToolCall};
@@ -13,8 +15,6 @@ use toolmux_orchestrator::Orchestrator;
 const ENTER_SPACE: &str = "gateway__enter_space";
 /// The gateway's long poll for unread messages of others.
 const WAIT: &str = "gateway__wait";
-/// The inbox of asynchronous external calls' results.
-const EXTERNAL_INBOX: &str = "external__inbox";
 
 /// How long one look at the inbox waits before the loop looks at the rest (the external
 /// inbox, the idle limit, cancellation) again.
@@ -133,6 +133,9 @@ impl Agents {
         }
         let mut cycles = 0;
         let mut quiet_since = Instant::now();
+        // Results taken from the inbox that no cycle was given yet: a cycle is given what
+        // fits the tools' size cap, the rest wake the next.
+        let mut arrived = VecDeque::new();
         loop {
             if ctx.is_cancelled() {
                 return Ok(ListenEnd::Cancelled);
@@ -140,7 +143,7 @@ impl Agents {
             if options.idle.is_some_and(|idle| quiet_since.elapsed() >= idle) {
                 return Ok(ListenEnd::Idle);
             }
-            let wake = look(&orchestrator, &own, spaces, inbox).await;
+            let wake = look(&orchestrator, &own, spaces, inbox, &mut arrived).await;
             if wake.is_empty() {
                 if !spaces {
                     // Nothing to wait on but the external inbox: look again a little later.
@@ -214,12 +217,25 @@ impl Agents {
 /// How many times one cycle is run when its model fails.
 const CYCLE_ATTEMPTS: u32 = 4;
 
-/// Looks at the inbox: the external results (taken), and the space (waiting up to [`LOOK`]
+/// Looks at the inbox: the external results (taken, added to `arrived`, and as many of
+/// those as fit the size cap given to the cycle), and the space (waiting up to [`LOOK`]
 /// for a message when no result came).
-async fn look(orchestrator: &Orchestrator, ctx: &CallContext, spaces: bool, inbox: bool) -> Wake {
+async fn look(
+    orchestrator: &Orchestrator,
+    ctx: &CallContext,
+    spaces: bool,
+    inbox: bool,
+    arrived: &mut VecDeque<Value>,
+) -> Wake {
     let mut wake = Wake::default();
-    if inbox && let Ok(answer) = call(orchestrator, EXTERNAL_INBOX, json!({}), ctx).await {
-        wake.results = answer.get("results").and_then(Value::as_array).cloned().unwrap_or_default();
+    if inbox {
+        match inbox::take(orchestrator, ctx).await {
+            Ok(taken) => arrived.extend(taken.results),
+            Err(why) => {
+                tracing::debug!(target: "toolmux::agent", "the inbox could not be read: {why}");
+            }
+        }
+        wake.results = inbox::portion(arrived, orchestrator.config().response_max_bytes);
     }
     if spaces {
         let wait = if wake.results.is_empty() { LOOK } else { Duration::ZERO };

@@ -6,13 +6,14 @@ use crate::config::{
 };
 use crate::handler::AgentHandler;
 use crate::hooks::{AgentHooks, Prompt};
+use crate::inbox;
 use crate::internal::{self, ASK_USER, BATCH, FINAL_REPORT, Finalizing, HANDOFF, TASK_STATUS};
 use crate::pause::{self, Decision, PendingCall, Resume};
 use crate::report::{AgentReport, AgentStatus, usage_in};
 use crate::{TextDelta, TextSink};
 use futures::future::join_all;
 use serde_json::{Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -177,35 +178,48 @@ impl Session<'_> {
 
     /// Before a turn, while calls of asynchronous external tools wait for their results:
     /// the results that arrived in the run's inbox are given to the model, as a message
-    /// after the last, so that it need not poll the inbox itself.
-    async fn collect_inbox(&self, state: &State, request: &mut ModelRequest) {
-        if state.pending_external.load(Ordering::Relaxed) == 0 {
+    /// after the last, so that it need not poll the inbox itself. What the inbox gave is
+    /// given in portions within the tools' size cap, one a turn, the rest kept for the
+    /// next turns: taken out of the inbox, a result is nowhere else.
+    async fn collect_inbox(&self, state: &mut State, request: &mut ModelRequest) {
+        if state.pending_external.load(Ordering::Relaxed) > 0 {
+            // The session's bookkeeping, not the run's work: the run's budget neither
+            // counts nor refuses it (spent, it left arrived results undelivered).
+            match inbox::take(&self.orchestrator, &self.ctx).await {
+                Ok(taken) => {
+                    state.pending_external.store(
+                        usize::try_from(taken.still_pending).unwrap_or(usize::MAX),
+                        Ordering::Relaxed,
+                    );
+                    state.arrived.extend(taken.results);
+                }
+                Err(why) => {
+                    tracing::debug!(agent = %self.name, "the inbox could not be read: {why}");
+                }
+            }
+        }
+        let max_bytes = self.orchestrator.config().response_max_bytes;
+        let results = inbox::portion(&mut state.arrived, max_bytes);
+        if results.is_empty() {
             return;
         }
-        // The session's bookkeeping, not the run's work: the run's budget neither counts
-        // nor refuses it (spent, it left arrived results undelivered).
-        let ctx = self.ctx.child().outside_budget();
-        let inbox = self.orchestrator.execute(ToolCall::new(EXTERNAL_INBOX, json!({})), &ctx).await;
-        if !inbox.ok {
-            tracing::debug!(agent = %self.name, "the inbox could not be read: {}", inbox.conversation_text());
-            return;
+        let mut notes = Vec::new();
+        match state.pending_external.load(Ordering::Relaxed) {
+            0 => {}
+            n => notes.push(format!("{n} still pending")),
         }
-        let Ok(answer) = serde_json::from_str::<Value>(&inbox.conversation_text()) else { return };
-        let still = answer.get("stillPending").and_then(Value::as_u64).unwrap_or(0);
-        state
-            .pending_external
-            .store(usize::try_from(still).unwrap_or(usize::MAX), Ordering::Relaxed);
-        let results = answer.get("results").and_then(Value::as_array).filter(|r| !r.is_empty());
-        if let Some(results) = results {
-            let waiting = match still {
-                0 => String::new(),
-                n => format!(" ({n} still pending)"),
-            };
-            request.messages.push(Message::user(format!(
-                "(Results of your earlier asynchronous tool calls arrived{waiting}:\n{})",
-                Value::Array(results.clone())
-            )));
+        match state.arrived.len() {
+            0 => {}
+            n => notes.push(format!("{n} more arrived, given next turn")),
         }
+        let notes = match notes.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", notes.join("; ")),
+        };
+        request.messages.push(Message::user(format!(
+            "(Results of your earlier asynchronous tool calls arrived{notes}:\n{})",
+            Value::Array(results)
+        )));
     }
 
     /// What the agent carries into a run when the gateway keeps it (`spaces`
@@ -346,6 +360,7 @@ impl Session<'_> {
             // A conversation that goes on (a resumed run, a chat's next message) may have
             // asynchronous results waiting in the run's inbox since it stopped.
             pending_external: AtomicUsize::new(pending_in(self.history)),
+            arrived: VecDeque::new(),
             gate: tokio::sync::RwLock::new(()),
             cut: HashSet::new(),
         };
@@ -496,7 +511,7 @@ impl Session<'_> {
                 _ => None,
             };
             let last = limit.is_some();
-            self.collect_inbox(&state, &mut request).await;
+            self.collect_inbox(&mut state, &mut request).await;
             drop_old_images(&mut request.messages);
             let configured = self.model.context_window().map(window_budget);
             if let Some(budget) = configured.into_iter().chain(learned_budget).min() {
@@ -1541,6 +1556,8 @@ struct State {
     repeats: Repeats,
     /// Calls of asynchronous external tools whose results have not reached the model yet.
     pending_external: AtomicUsize,
+    /// Results taken from the inbox that have not reached the model yet, oldest first.
+    arrived: VecDeque<Value>,
     /// The calls of one turn (or batch) run at once, but one that changes files or runs
     /// programs runs alone, in the order the model wrote them: shared for those, exclusive
     /// for these (tokio's lock is fair, so a write waits for the reads before it and the
@@ -1564,10 +1581,6 @@ fn runs_alone(annotations: &toolmux_core::ToolAnnotations) -> bool {
         None => annotations.destructive && !annotations.read_only,
     }
 }
-
-/// The external tools' inbox (`toolmux-external`), where the results of asynchronous calls
-/// arrive.
-const EXTERNAL_INBOX: &str = "external__inbox";
 
 /// What a model is told when a stop hook does not let it end.
 fn go_on_message(reason: &str) -> Message {

@@ -559,6 +559,71 @@ async fn inbox_reads_are_outside_the_run_budget() {
     assert!(content.contains("built"), "{content}");
 }
 
+/// Results taken from the inbox all reach the model, however many arrive: over the size
+/// cap, the inbox's answer is stored and read back whole, and the model is given the
+/// results in portions within the cap, one a turn. Before, the stored answer was not the
+/// inbox's JSON and every result it held was lost.
+#[tokio::test]
+async fn results_over_the_size_cap_reach_the_model_over_turns() {
+    let (store, external) = async_external("build", "Starts a build");
+    let builds: Vec<(&str, Value)> =
+        (0..3).map(|i| ("external__build", json!({"target": i}))).collect();
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(builds)
+            .then(move |_| {
+                // Each result alone fills most of the cap: one a turn reaches the model.
+                answer_pending(&store, |_| true, json!("built ".repeat(40)));
+                let echo = ModelToolCall::new("e", "mock__echo", json!({}));
+                Ok(used(ModelResponse::tool_calls(vec![echo])))
+            })
+            .calls(vec![("mock__echo", json!({"n": 1}))])
+            .calls(vec![("mock__echo", json!({"n": 2}))])
+            .report("success", "done"),
+    );
+    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
+    let config = OrchestratorConfig::default().with_response_max_bytes(500);
+    let (agents, orchestrator) =
+        start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
+    let report = agents.run("a", "go", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
+    orchestrator.cleanup().await;
+    let requests = model.requests();
+    assert_eq!(requests.len(), 5);
+    let mut given = Vec::new();
+    for request in &requests[2..] {
+        let Some(Message::User { content }) = request.messages.last() else {
+            panic!("expected results last: {:?}", request.messages.last())
+        };
+        let (_, results) = content.split_once(":\n").unwrap();
+        let results: Vec<Value> = serde_json::from_str(results.trim_end_matches(')')).unwrap();
+        assert_eq!(results.len(), 1, "{content}");
+        given.push(results[0]["arguments"]["target"].as_u64().unwrap());
+    }
+    assert_eq!(given, [0, 1, 2]);
+}
+
+/// A spent context budget (`contextTokenBudget`) does not refuse the session's read of
+/// the inbox: the results it took out reach the model, and the budget is spent.
+#[tokio::test]
+async fn results_over_the_context_budget_reach_the_model() {
+    let job = toolmux_external::ExternalToolConfig {
+        description: "Starts a build".into(),
+        is_async: true,
+        ..toolmux_external::ExternalToolConfig::default()
+    };
+    let config = OrchestratorConfig::default().with_context_token_budget(100);
+    let long: &'static str = "built in 3 s; ".repeat(60).leak();
+    let requests =
+        run_answered_later_with(config, "build", job, json!({"target": "docs"}), long).await;
+    assert_eq!(requests.len(), 3);
+    let Some(Message::User { content }) = requests[2].messages.last() else {
+        panic!("expected the inbox's results last: {:?}", requests[2].messages.last())
+    };
+    assert!(content.contains(long), "{content}");
+}
+
 /// The result of a synchronous external call that timed out, submitted later, reaches the
 /// model too: the call stays pending and its result comes to the inbox.
 #[tokio::test]
@@ -2175,6 +2240,70 @@ async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
     let refused =
         s.agents.listen("b", &CallContext::new(), &ListenOptions::default(), |_| {}).await;
     assert!(refused.unwrap_err().to_string().contains("nothing can wake a listening agent"));
+}
+
+/// A listening agent given more results than the size cap holds gets them all, over
+/// cycles: each cycle works on what fits, the rest wake the next. Before, the inbox's
+/// answer was stored for its size and every result it held was lost.
+#[tokio::test]
+async fn a_listening_agent_gets_results_over_the_size_cap_over_cycles() {
+    use toolmux_agent::{ListenEnd, ListenOptions};
+    use toolmux_external::{ExternalResult, PendingCall, PendingStore};
+    let (store, external) = async_external("build", "Starts a build");
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .report("success", "one")
+            .report("success", "two")
+            .report("success", "three"),
+    );
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
+    let config = OrchestratorConfig::default().with_response_max_bytes(500);
+    let (agents, orchestrator) =
+        start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
+    for target in 0..3 {
+        let call = PendingCall {
+            call_id: String::new(),
+            tool: "external__build".into(),
+            arguments: json!({"target": target}),
+            run_id: "listening".into(),
+            owner: None,
+            execution_type: toolmux_external::ExecutionType::External,
+            is_async: true,
+            visible: false,
+            created_ms: 0,
+            status: Default::default(),
+            expires_ms: 0,
+        };
+        let id = store.open(call).await.unwrap();
+        let result = ExternalResult { result: json!("built ".repeat(40)), is_error: false };
+        store.resolve(&id, result).await.unwrap();
+    }
+    let ctx = CallContext::new().with_run_id("listening");
+    // Idle ends it should results be lost.
+    let options = ListenOptions {
+        max_cycles: Some(3),
+        idle: Some(std::time::Duration::from_secs(3)),
+        ..ListenOptions::default()
+    };
+    let mut reports = Vec::new();
+    let ended = agents.listen("a", &ctx, &options, |r| reports.push(r.content.clone())).await;
+    assert_eq!(reports, ["one", "two", "three"]);
+    assert_eq!(ended.unwrap(), ListenEnd::Cycles);
+    let given: Vec<u64> = model
+        .requests()
+        .iter()
+        .map(|request| {
+            let Some(Message::User { content }) = request.messages.last() else {
+                panic!("expected the task last: {:?}", request.messages.last())
+            };
+            let (_, results) = content.split_once(":\n").unwrap();
+            let results: Vec<Value> = serde_json::from_str(results).unwrap();
+            assert_eq!(results.len(), 1, "{content}");
+            results[0]["arguments"]["target"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(given, [0, 1, 2]);
+    orchestrator.cleanup().await;
 }
 
 /// A turn's calls run at once, but one that writes files or runs programs runs alone, in
