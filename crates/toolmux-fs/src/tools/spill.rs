@@ -5,17 +5,21 @@
 //! temporary directory, `toolmux-fs-<uid>`: created with mode 0700, refused when it is a
 //! symlink or belongs to someone else (anyone can create a name in a shared `/tmp` first),
 //! and tightened to 0700 when it is ours but open to others. A configured directory is the
-//! user's choice and is used as it is (created 0700 when missing). Each file is created
-//! new (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600) under a name with a random part, so a name
+//! user's choice and is used as it is (created 0700 when missing). The directory is opened
+//! once and checked, swept and written through that handle (`openat`, `unlinkat`), never
+//! by path again: commands may write the temporary directory, so they can rename this one
+//! and put a symlink in its place between a check and an open. Each file is created new
+//! (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600) under a name with a random part, so a name
 //! planted in advance, symlink or not, is never opened. Spill files of foreground commands
 //! are not removed by anyone else, so each new one first removes this user's spill files
 //! older than [`MAX_AGE`] from the directory (best effort).
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use std::fs::{self, DirBuilder, File};
 use std::hash::BuildHasher as _;
 use std::io;
-use std::os::unix::fs::PermissionsExt as _;
-use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -59,26 +63,69 @@ impl Kind {
 /// Makes a new, private spill file in `configured` (else this user's directory in the
 /// system temporary directory). The error says why, for the tool's output.
 pub(crate) fn create(configured: Option<&Path>, kind: Kind) -> Result<(PathBuf, File), String> {
-    let dir = match configured {
+    create_between(configured, &std::env::temp_dir(), kind, || {})
+}
+
+/// [`create`], with this user's directory beneath `base`, calling `checked` once the
+/// directory is open and swept, right before the file is made (where a test replaces it).
+fn create_between(
+    configured: Option<&Path>,
+    base: &Path,
+    kind: Kind,
+    checked: impl FnOnce(),
+) -> Result<(PathBuf, File), String> {
+    let (path, dir) = match configured {
         Some(dir) => {
             DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| {
                 format!("the spill directory `{}` cannot be created: {e}", dir.display())
             })?;
-            dir.to_path_buf()
+            // The user's choice: a symlink to a directory is followed, once, here.
+            let handle = open_dir(dir, OFlags::empty()).map_err(|e| {
+                format!("the spill directory `{}` cannot be opened: {e}", dir.display())
+            })?;
+            (dir.to_path_buf(), handle)
         }
         None => {
             let uid = rustix::process::getuid().as_raw();
-            private_dir(&std::env::temp_dir(), uid)?
+            private_dir(base, uid)?
         }
     };
     sweep(&dir, SystemTime::now());
+    checked();
     let pid = std::process::id();
-    create_in(&dir, || format!("{}-{pid}-{:016x}.{}", kind.prefix(), token(), kind.extension()))
+    let (name, file) = create_in(&dir, &path, || {
+        format!("{}-{pid}-{:016x}.{}", kind.prefix(), token(), kind.extension())
+    })?;
+    // The file was made in the directory opened, wherever its path leads now; a path
+    // that no longer leads there (a command renamed the directory and put a symlink or a
+    // directory of its own in its place) would send readers elsewhere.
+    let opened = rustix::fs::fstat(&dir);
+    let named = fs::metadata(&path);
+    let same = matches!((&opened, &named), (Ok(opened), Ok(named))
+        if opened.st_dev == named.dev() && opened.st_ino == named.ino());
+    if !same {
+        let _ = rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty());
+        return Err(format!(
+            "the spill directory `{}` was replaced while a spill file was made in it (a \
+             command may have renamed it); the output was not saved",
+            path.display()
+        ));
+    }
+    Ok((path.join(name), file))
+}
+
+/// Opens the directory `path` for the `*at` calls, with `extra` flags.
+fn open_dir(path: &Path, extra: OFlags) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | extra;
+    Ok(rustix::fs::open(path, flags, Mode::empty())?)
 }
 
 /// This user's spill directory beneath `base`, `toolmux-fs-<uid>`, made or checked to be
-/// private: a directory (not a symlink) owned by `uid`, mode 0700.
-fn private_dir(base: &Path, uid: u32) -> Result<PathBuf, String> {
+/// private: a directory (not a symlink) owned by `uid`, mode 0700. It is checked through
+/// the handle returned, in which the files are then made: commands may write the
+/// temporary directory, so rename this one, and a path checked first and opened later
+/// could lead through a symlink put there in between.
+fn private_dir(base: &Path, uid: u32) -> Result<(PathBuf, OwnedFd), String> {
     let dir = base.join(format!("toolmux-fs-{uid}"));
     match DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
@@ -88,60 +135,78 @@ fn private_dir(base: &Path, uid: u32) -> Result<PathBuf, String> {
         }
     }
     let fix = "remove it, or set `bash.spillDir` to a directory of your own";
-    let meta = fs::symlink_metadata(&dir)
-        .map_err(|e| format!("the spill directory `{}` cannot be checked: {e}", dir.display()))?;
-    if meta.file_type().is_symlink() {
-        return Err(format!(
-            "the spill directory `{}` is a symbolic link, which someone else may have planted; \
-             refusing to write command output through it: {fix}",
-            dir.display()
-        ));
-    }
-    if !meta.is_dir() {
-        return Err(format!("the spill directory `{}` is not a directory: {fix}", dir.display()));
-    }
-    if meta.uid() != uid {
+    let handle = match open_dir(&dir, OFlags::NOFOLLOW) {
+        Ok(handle) => handle,
+        // Looked at again only to say why.
+        Err(e) => {
+            return Err(match fs::symlink_metadata(&dir) {
+                Ok(meta) if meta.file_type().is_symlink() => format!(
+                    "the spill directory `{}` is a symbolic link, which someone else may have \
+                     planted; refusing to write command output through it: {fix}",
+                    dir.display()
+                ),
+                Ok(meta) if !meta.is_dir() => {
+                    format!("the spill directory `{}` is not a directory: {fix}", dir.display())
+                }
+                _ => format!("the spill directory `{}` cannot be opened: {e}", dir.display()),
+            });
+        }
+    };
+    let meta = rustix::fs::fstat(&handle).map_err(|e| {
+        let e = io::Error::from(e);
+        format!("the spill directory `{}` cannot be checked: {e}", dir.display())
+    })?;
+    if meta.st_uid != uid {
         return Err(format!(
             "the spill directory `{}` belongs to user {}, not to this user ({uid}); refusing to \
              write command output there: {fix}",
             dir.display(),
-            meta.uid()
+            meta.st_uid
         ));
     }
-    if meta.mode() & 0o077 != 0 {
-        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(|e| {
+    if meta.st_mode & 0o077 != 0 {
+        rustix::fs::fchmod(&handle, Mode::from_raw_mode(0o700)).map_err(|e| {
+            let e = io::Error::from(e);
             format!("the spill directory `{}` cannot be made private: {e}", dir.display())
         })?;
     }
-    Ok(dir)
+    Ok((dir, handle))
 }
 
-/// Creates a file named by `name` in `dir`, new and private, trying another name when one
-/// exists already (whatever it is, a symlink included: it is never opened).
-fn create_in(dir: &Path, mut name: impl FnMut() -> String) -> Result<(PathBuf, File), String> {
+/// Creates a file named by `name` in the directory `dir` (shown as `shown`), new and
+/// private, trying another name when one exists already (whatever it is, a symlink
+/// included: it is never opened). Returns the name and the file.
+fn create_in(
+    dir: &OwnedFd,
+    shown: &Path,
+    mut name: impl FnMut() -> String,
+) -> Result<(String, File), String> {
     let mut last = None;
     for _ in 0..ATTEMPTS {
-        let path = dir.join(name());
-        match open_new(&path) {
-            Ok(file) => return Ok((path, file)),
+        let name = name();
+        match open_new(dir, &name) {
+            Ok(file) => return Ok((name, file)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
             Err(e) => {
-                return Err(format!("a spill file cannot be created in `{}`: {e}", dir.display()));
+                return Err(format!(
+                    "a spill file cannot be created in `{}`: {e}",
+                    shown.display()
+                ));
             }
         }
     }
     let why = last.map(|e| e.to_string()).unwrap_or_default();
     Err(format!(
         "no new spill file could be created in `{}` after {ATTEMPTS} names were taken: {why}",
-        dir.display()
+        shown.display()
     ))
 }
 
-/// Opens `path` for writing only if this call creates it: `O_EXCL` makes an existing name
-/// (a symlink too) an error, `O_NOFOLLOW` says so again, mode 0600.
-fn open_new(path: &Path) -> io::Result<File> {
-    let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
-    OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(nofollow).open(path)
+/// Opens `name` in `dir` for writing only if this call creates it: `O_EXCL` makes an
+/// existing name (a symlink too) an error, `O_NOFOLLOW` says so again, mode 0600.
+fn open_new(dir: &OwnedFd, name: &str) -> io::Result<File> {
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(File::from(rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))?))
 }
 
 /// 64 bits no other user can guess: std's hasher keys come from the operating system's
@@ -175,25 +240,28 @@ fn is_spill_name(name: &str) -> bool {
     })
 }
 
-/// Removes this user's spill files in `dir` last modified more than [`MAX_AGE`] before
-/// `now`; files of other names, other owners, and anything not a plain file stay.
-fn sweep(dir: &Path, now: SystemTime) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
+/// Removes this user's spill files in the directory `dir` last modified more than
+/// [`MAX_AGE`] before `now`; files of other names, other owners, and anything not a plain
+/// file stay. Every call is made relative to `dir`, following no symlink.
+fn sweep(dir: &OwnedFd, now: SystemTime) {
+    let Ok(entries) = rustix::fs::Dir::read_from(dir) else { return };
     let uid = rustix::process::getuid().as_raw();
     for entry in entries.flatten() {
         let name = entry.file_name();
-        if !name.to_str().is_some_and(is_spill_name) {
+        if !name.to_str().is_ok_and(is_spill_name) {
             continue;
         }
-        // `DirEntry::metadata` does not follow symlinks.
-        let Ok(meta) = entry.metadata() else { continue };
-        let old = meta
-            .modified()
+        let Ok(meta) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+        let file = FileType::from_raw_mode(meta.st_mode) == FileType::RegularFile;
+        // Whole seconds: precise enough against a day.
+        let modified = u64::try_from(meta.st_mtime)
             .ok()
+            .map(|secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
+        let old = modified
             .and_then(|modified| now.duration_since(modified).ok())
             .is_some_and(|age| age > MAX_AGE);
-        if meta.is_file() && meta.uid() == uid && old {
-            let _ = fs::remove_file(entry.path());
+        if file && meta.st_uid == uid && old {
+            let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
         }
     }
 }
@@ -201,21 +269,26 @@ fn sweep(dir: &Path, now: SystemTime) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
 
     fn mode(path: &Path) -> u32 {
         fs::symlink_metadata(path).unwrap().mode() & 0o777
+    }
+
+    fn open(path: &Path) -> OwnedFd {
+        open_dir(path, OFlags::empty()).unwrap()
     }
 
     #[test]
     fn the_directory_and_files_are_private() {
         let base = tempfile::tempdir().unwrap();
         let uid = rustix::process::getuid().as_raw();
-        let dir = private_dir(base.path(), uid).unwrap();
+        let (dir, _) = private_dir(base.path(), uid).unwrap();
         assert_eq!(dir, base.path().join(format!("toolmux-fs-{uid}")));
         assert_eq!(mode(&dir), 0o700);
         // Ours but open to others: tightened.
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
-        assert_eq!(private_dir(base.path(), uid).unwrap(), dir);
+        assert_eq!(private_dir(base.path(), uid).unwrap().0, dir);
         assert_eq!(mode(&dir), 0o700);
         let (path, _) = create(Some(&dir), Kind::Stdout).unwrap();
         assert_eq!(mode(&path), 0o600);
@@ -247,27 +320,52 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_swapped_for_a_symlink_after_its_check_is_not_written_through() {
+        let base = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let uid = rustix::process::getuid().as_raw();
+        let dir = base.path().join(format!("toolmux-fs-{uid}"));
+        let moved = base.path().join("moved");
+        // A command in the sandbox (which writes /tmp) renames the checked directory and
+        // puts a symlink to a folder of the user's in its place, between the check and
+        // the file's creation.
+        let made = create_between(None, base.path(), Kind::Task, || {
+            fs::rename(&dir, &moved).unwrap();
+            std::os::unix::fs::symlink(outside.path(), &dir).unwrap();
+        });
+        let outside_entries: Vec<_> = fs::read_dir(outside.path()).unwrap().collect();
+        assert!(outside_entries.is_empty(), "{outside_entries:?}");
+        let err = made.unwrap_err();
+        assert!(err.contains("was replaced while a spill file was made in it"), "{err}");
+        // What was made there is removed again.
+        assert_eq!(fs::read_dir(&moved).unwrap().count(), 0);
+    }
+
+    #[test]
     fn a_planted_symlink_is_not_followed() {
         let dir = tempfile::tempdir().unwrap();
         let victim = dir.path().join("victim");
         fs::write(&victim, "precious").unwrap();
         std::os::unix::fs::symlink(&victim, dir.path().join("taken")).unwrap();
+        let handle = open(dir.path());
         // Opening the name directly fails...
-        let err = open_new(&dir.path().join("taken")).unwrap_err();
+        let err = open_new(&handle, "taken").unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
         // ... and creation moves on to the next name.
         let mut names = ["taken", "free"].into_iter();
-        let (path, _) = create_in(dir.path(), || names.next().unwrap().to_owned()).unwrap();
-        assert_eq!(path, dir.path().join("free"));
+        let (name, _) =
+            create_in(&handle, dir.path(), || names.next().unwrap().to_owned()).unwrap();
+        assert_eq!(name, "free");
+        assert!(dir.path().join("free").is_file());
         assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
         assert!(fs::symlink_metadata(dir.path().join("taken")).unwrap().is_symlink());
         // A dangling symlink is not created through either.
         std::os::unix::fs::symlink(dir.path().join("nothing"), dir.path().join("dangling"))
             .unwrap();
-        assert!(open_new(&dir.path().join("dangling")).is_err());
+        assert!(open_new(&handle, "dangling").is_err());
         assert!(!dir.path().join("nothing").exists());
         // Every name taken: a clear error.
-        let err = create_in(dir.path(), || "taken".to_owned()).unwrap_err();
+        let err = create_in(&handle, dir.path(), || "taken".to_owned()).unwrap_err();
         assert!(err.starts_with("no new spill file could be created in"), "{err}");
     }
 
@@ -288,7 +386,7 @@ mod tests {
         let new_out = put("out-12-0123456789abcde0.stderr", false);
         let old_other = put("out-notes.txt", true);
         let old_close = put("out-12-0123456789abcdef.txt", true);
-        sweep(dir.path(), SystemTime::now());
+        sweep(&open(dir.path()), SystemTime::now());
         assert!(!old_out.exists() && !old_task.exists());
         assert!(new_out.exists() && old_other.exists() && old_close.exists());
         // Creating a spill file sweeps too.
