@@ -346,6 +346,8 @@ pub(crate) struct Connection {
     stream: TcpStream,
     /// Bytes read and not yet parsed.
     buf: Vec<u8>,
+    /// How far the first reply of `buf` is known to be whole.
+    scanner: resp::Scanner,
     out: Vec<u8>,
 }
 
@@ -377,7 +379,12 @@ impl Connection {
         stream
             .set_nodelay(true)
             .map_err(|source| RedisError::Connect { addr: endpoint.addr(), source })?;
-        let mut conn = Connection { stream, buf: Vec::new(), out: Vec::new() };
+        let mut conn = Connection {
+            stream,
+            buf: Vec::new(),
+            scanner: resp::Scanner::default(),
+            out: Vec::new(),
+        };
         if let Some(password) = &endpoint.password {
             let mut auth: Vec<&str> = vec!["AUTH"];
             auth.extend(endpoint.username.as_deref());
@@ -428,15 +435,25 @@ impl Connection {
     }
 
     /// Reads the next reply. Cancel-safe: bytes read before a cancellation stay in the
-    /// buffer for the next call.
+    /// buffer for the next call, and the scanner where it got in them.
     pub(crate) async fn read_reply(&mut self) -> Result<Reply, ConnectionError> {
         loop {
-            if !self.buf.is_empty()
-                && let Some((reply, used)) =
-                    resp::parse(&self.buf).map_err(ConnectionError::Protocol)?
-            {
-                self.buf.drain(..used);
-                return Ok(reply);
+            if !self.buf.is_empty() {
+                // Parsed once whole, so that a reply that takes many reads is not parsed
+                // again from its start after each.
+                let scanned = self.scanner.scan(&self.buf);
+                if let Some(len) = scanned.map_err(ConnectionError::Protocol)? {
+                    self.scanner.reset();
+                    let parsed =
+                        resp::parse(&self.buf[..len]).map_err(ConnectionError::Protocol)?;
+                    let Some((reply, used)) = parsed else {
+                        return Err(ConnectionError::Protocol(ProtocolError(
+                            "a reply scanned as whole did not parse as one".into(),
+                        )));
+                    };
+                    self.buf.drain(..used);
+                    return Ok(reply);
+                }
             }
             // Room for a large read: `read_buf` on a full Vec would grow it 64 bytes at a time.
             self.buf.reserve(64 * 1024);

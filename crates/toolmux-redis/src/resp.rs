@@ -124,6 +124,92 @@ pub fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, ProtocolError> {
     }
 }
 
+/// Finds where the first reply of a buffer that grows between reads ends, keeping how far
+/// it got: each element of a reply is looked at once however many reads bring it, where
+/// parsing from the start after each read went over every finished element again (and
+/// copied its bytes), quadratic in a large array reply such as a snapshot of many pending
+/// calls. Once [`Scanner::scan`] gives the reply's length, [`parse`] reads it in one pass.
+///
+/// It checks lengths and nesting as [`parse`] does, so that a broken stream is refused
+/// before it is waited for to the end.
+#[derive(Debug, Default)]
+pub struct Scanner {
+    /// Where the next element starts in the buffer: every element before it is whole.
+    pos: usize,
+    /// How many elements each array open at `pos` still lacks, the outermost first.
+    open: Vec<usize>,
+    /// Lines looked at since the scanner was made, for tests of its work.
+    #[cfg(test)]
+    lines: usize,
+}
+
+impl Scanner {
+    /// The length of the first reply of `buf` once the whole of it is there, `None` while
+    /// more is to come (read more and call again). Between calls `buf` keeps its bytes and
+    /// may grow at its end; once this gives a length (or an error), call
+    /// [`Scanner::reset`] before the buffer changes otherwise.
+    pub fn scan(&mut self, buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
+        loop {
+            if self.open.len() > MAX_DEPTH {
+                return Err(ProtocolError(format!("reply nested deeper than {MAX_DEPTH} levels")));
+            }
+            let Some(line) = line_at(buf, self.pos)? else { return Ok(None) };
+            #[cfg(test)]
+            {
+                self.lines += 1;
+            }
+            let after_line = self.pos + line.len() + 2;
+            let (kind, rest) = match line.split_first() {
+                Some((kind, rest)) => (*kind, rest),
+                None => return Err(ProtocolError("empty line where a reply was expected".into())),
+            };
+            let end = match kind {
+                b'+' | b'-' | b':' => after_line,
+                b'$' => match integer(rest)? {
+                    len if len < 0 => after_line,
+                    len => {
+                        let end = after_line + length(len, MAX_BULK, "bulk string")?;
+                        if buf.len() < end + 2 {
+                            return Ok(None);
+                        }
+                        if &buf[end..end + 2] != b"\r\n" {
+                            return Err(ProtocolError("bulk string not followed by CRLF".into()));
+                        }
+                        end + 2
+                    }
+                },
+                b'*' => match integer(rest)? {
+                    len if len <= 0 => after_line,
+                    len => {
+                        self.open.push(length(len, MAX_ARRAY, "array")?);
+                        self.pos = after_line;
+                        continue;
+                    }
+                },
+                other => {
+                    return Err(ProtocolError(format!("unknown reply type byte 0x{other:02x}")));
+                }
+            };
+            self.pos = end;
+            // An element is whole: so is each array it ends.
+            loop {
+                let Some(lacking) = self.open.last_mut() else { return Ok(Some(self.pos)) };
+                *lacking -= 1;
+                if *lacking > 0 {
+                    break;
+                }
+                self.open.pop();
+            }
+        }
+    }
+
+    /// Starts again at the start of the buffer, for its next reply.
+    pub fn reset(&mut self) {
+        self.pos = 0;
+        self.open.clear();
+    }
+}
+
 fn parse_at(buf: &[u8], pos: &mut usize, depth: usize) -> Result<Option<Reply>, ProtocolError> {
     if depth > MAX_DEPTH {
         return Err(ProtocolError(format!("reply nested deeper than {MAX_DEPTH} levels")));
@@ -266,6 +352,61 @@ mod tests {
         assert_eq!(parse(&two[used..]).unwrap().unwrap().0, Reply::Integer(7));
     }
 
+    /// A scanner fed `whole` a piece at a time, as reads bring it: None until the last
+    /// piece, then the length of the first reply.
+    fn scan_in_pieces(whole: &[u8], piece: usize) -> (Scanner, Option<usize>) {
+        let mut scanner = Scanner::default();
+        let mut end = 0;
+        while end < whole.len() {
+            end = (end + piece).min(whole.len());
+            if let Some(len) = scanner.scan(&whole[..end]).expect("valid") {
+                return (scanner, Some(len));
+            }
+        }
+        (scanner, None)
+    }
+
+    #[test]
+    fn the_scanner_finds_a_reply_whole_at_its_last_byte_and_not_before() {
+        let whole = b"*3\r\n:1\r\n*2\r\n$3\r\nabc\r\n$-1\r\n+y\r\n";
+        for cut in 0..whole.len() {
+            assert_eq!(Scanner::default().scan(&whole[..cut]), Ok(None), "cut at {cut}");
+        }
+        for piece in 1..=whole.len() {
+            assert_eq!(scan_in_pieces(whole, piece).1, Some(whole.len()), "pieces of {piece}");
+        }
+        let mut two = whole.to_vec();
+        two.extend_from_slice(b"*0\r\n$2\r\nhi\r\n");
+        let mut scanner = Scanner::default();
+        assert_eq!(scanner.scan(&two), Ok(Some(whole.len())));
+        scanner.reset();
+        assert_eq!(scanner.scan(&two[whole.len()..]), Ok(Some(4)));
+        scanner.reset();
+        assert_eq!(scanner.scan(&two[whole.len() + 4..]), Ok(Some(8)));
+    }
+
+    /// A large array reply that comes in many reads is looked at once: each element's
+    /// line once, and at most the one line cut by each read again. Parsing it from its
+    /// start after each read looked at about reads × elements / 2 lines.
+    #[test]
+    fn a_large_reply_in_many_reads_is_scanned_once() {
+        let elements = 10_000;
+        let mut whole = format!("*{elements}\r\n").into_bytes();
+        for i in 0..elements {
+            let value = format!("pending call {i}");
+            whole.extend_from_slice(format!("${}\r\n{value}\r\n", value.len()).as_bytes());
+        }
+        let piece = 100;
+        let (scanner, len) = scan_in_pieces(&whole, piece);
+        assert_eq!(len, Some(whole.len()));
+        let reads = whole.len().div_ceil(piece);
+        assert!(scanner.lines <= 1 + elements + reads, "{} lines for {reads} reads", scanner.lines);
+        let (reply, used) = parse(&whole).expect("valid").expect("whole");
+        assert_eq!(used, whole.len());
+        assert_eq!(reply.as_array().map(<[Reply]>::len), Some(elements));
+        assert_eq!(reply.as_array().and_then(|a| a[9_999].as_str()), Some("pending call 9999"));
+    }
+
     #[test]
     fn malformed_input_is_an_error_not_a_wait() {
         for bad in [
@@ -277,8 +418,18 @@ mod tests {
             b"\r\n",
         ] {
             assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            // The scanner refuses it, or finds it whole and the parse then refuses it.
+            let scanned = Scanner::default().scan(bad);
+            assert!(
+                scanned.is_err() || parse(bad).is_err() && scanned.is_ok_and(|len| len.is_some()),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
         let deep = "*1\r\n".repeat(MAX_DEPTH + 2) + ":1\r\n";
         assert!(parse(deep.as_bytes()).is_err());
+        assert!(Scanner::default().scan(deep.as_bytes()).is_err());
+        // Refused before the rest of the reply is waited for.
+        assert!(Scanner::default().scan(b"*2\r\n$99999999999\r\n").is_err());
     }
 }

@@ -40,6 +40,56 @@ async fn every_reply_type_round_trips() {
     assert_eq!(client.command(&["GET", "big"]).await.unwrap(), Reply::Bulk(big));
 }
 
+/// A large array reply that reaches the client in many small pieces (a loopback proxy
+/// passes the server's bytes on 512 at a time) is read whole and right, as is the reply
+/// after it on the same connection. The client looks at each element of such a reply
+/// once, however many reads bring it (see `resp::Scanner`'s tests for the count).
+#[tokio::test]
+async fn a_large_array_reply_in_many_small_pieces_is_read_whole() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = RedisServer::start();
+    let relay = |client: crate::ConnectionHalves, upstream: crate::ConnectionHalves| {
+        let ((mut client_read, mut client_write), (mut upstream_read, mut upstream_write)) =
+            (client, upstream);
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut client_read, &mut upstream_write).await;
+        });
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match upstream_read.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                for piece in buf[..n].chunks(512) {
+                    if client_write.write_all(piece).await.is_err()
+                        || client_write.flush().await.is_err()
+                    {
+                        return;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+    };
+    let port = crate::proxy_to(&server, relay).await;
+    let config = RedisConfig::new(format!("redis://127.0.0.1:{port}")).with_pool_size(1);
+    let client = RedisClient::new(&config).unwrap();
+    let values: Vec<String> = (0..10_000).map(|i| format!("pending call {i}")).collect();
+    for batch in values.chunks(1_000) {
+        let mut push = vec!["RPUSH", "calls"];
+        push.extend(batch.iter().map(String::as_str));
+        client.command(&push).await.unwrap();
+    }
+    let reply = crate::within(Duration::from_secs(30), "the large reply", async {
+        client.command(&["LRANGE", "calls", "0", "-1"]).await.unwrap()
+    })
+    .await;
+    let expected: Vec<Reply> = values.iter().map(|v| Reply::Bulk(v.as_bytes().to_vec())).collect();
+    assert_eq!(reply, Reply::Array(expected));
+    assert_eq!(client.command(&["LLEN", "calls"]).await.unwrap(), Reply::Integer(10_000));
+}
+
 #[tokio::test]
 async fn server_errors_are_errors_and_the_connection_goes_on() {
     let server = RedisServer::start();
