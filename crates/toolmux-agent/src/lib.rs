@@ -176,6 +176,8 @@ struct Inner {
     /// The tokens left to each running session with a `tokenBudget`, by its operation's id:
     /// the agents it calls get no more ([`session::Budgets`]).
     budgets: session::Budgets,
+    /// The figures of sub-agents' runs, for the sessions that called them.
+    sub_figures: session::SubFigures,
 }
 
 impl Agents {
@@ -193,6 +195,7 @@ impl Agents {
                 models,
                 orchestrator: RwLock::new(WeakOrchestrator::default()),
                 budgets: session::Budgets::default(),
+                sub_figures: session::SubFigures::default(),
             }),
         })
     }
@@ -492,6 +495,7 @@ impl Agents {
                 sub: depth > 1,
                 may_call_agents: depth < max_depth,
                 budgets: &self.inner.budgets,
+                sub_figures: &self.inner.sub_figures,
                 resume: resume.take(),
             };
             tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");
@@ -750,7 +754,10 @@ impl ToolProvider for AgentProvider {
             _ => ctx.clone().with_op(Op::new(tool, ctx.op().cloned())),
         };
         match self.agents.run_from(name, prompt, &ctx, &RunOptions::default(), None).await {
-            Ok(report) => Ok(report.to_output()),
+            Ok(report) => {
+                self.agents.inner.sub_figures.record(&ctx, &report);
+                Ok(report.to_output())
+            }
             Err(e) => Err(ToolError::Unavailable {
                 provider: NAMESPACE.to_owned(),
                 message: e.to_string(),

@@ -121,6 +121,8 @@ pub(crate) struct Session<'a> {
     pub(crate) may_call_agents: bool,
     /// The tokens left to the sessions above this one, and where it says what it has left.
     pub(crate) budgets: &'a Budgets,
+    /// Where the sub-agents it calls leave their figures.
+    pub(crate) sub_figures: &'a SubFigures,
     /// The decisions a paused run resumes with; `history` is then its conversation.
     pub(crate) resume: Option<&'a Resume>,
 }
@@ -1306,7 +1308,13 @@ impl Session<'_> {
             .execute_with_images(ToolCall::new(name, arguments).with_id(call.id.clone()), &ctx)
             .await;
         let (usage, calls, refused) = if name.starts_with("agent__") {
-            usage_in(&result.extras).unwrap_or_default()
+            // The figures the sub-agent's run left, whatever became of its report; a
+            // report from elsewhere (an agent's run this session did not see start) says
+            // its own.
+            self.sub_figures
+                .take(&self.ctx, &call.id)
+                .or_else(|| usage_in(&result.extras))
+                .unwrap_or_default()
         } else {
             (Usage::default(), 0, 0)
         };
@@ -1633,6 +1641,39 @@ fn pending_in(history: &[Message]) -> usize {
         }
     }
     pending
+}
+
+/// The figures (tokens, calls that ran, calls refused) of sub-agents' runs, by the
+/// operation of the session that called each and the call's id, until that session takes
+/// them. A report carries its figures back to its caller, but one refused on its way (over
+/// the run's context budget, blocked by a hook) would lose them with it, and the tokens
+/// were spent all the same.
+#[derive(Debug, Default)]
+pub(crate) struct SubFigures(Mutex<HashMap<(u64, String), Figures>>);
+
+/// A run's tokens, the calls that ran and the calls refused.
+type Figures = (Usage, u32, u32);
+
+impl SubFigures {
+    /// Keeps the figures of `report`, the report of the sub-agent run `ctx` (the context
+    /// of its call) made, for the session that called it. A run no session called (an MCP
+    /// client's call of an agent) has no such session: nothing is kept.
+    pub(crate) fn record(&self, ctx: &CallContext, report: &AgentReport) {
+        let Some(caller) = ctx.op().and_then(|op| op.parent()) else { return };
+        let (true, Some(call_id)) = (caller.tool().starts_with("agent__"), ctx.call_id()) else {
+            return;
+        };
+        let figures = (report.usage, report.tool_calls, report.refused_calls);
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.insert((caller.id(), call_id.to_owned()), figures);
+    }
+
+    /// The figures of the sub-agent that call `call_id` of `ctx`'s session ran, taken out.
+    fn take(&self, ctx: &CallContext, call_id: &str) -> Option<Figures> {
+        let op = ctx.op()?;
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.remove(&(op.id(), call_id.to_owned()))
+    }
 }
 
 /// The tokens left to each running session with a budget, by its operation's id.

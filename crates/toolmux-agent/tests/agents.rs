@@ -1205,6 +1205,45 @@ async fn a_sub_agent_ends_within_the_time_it_was_called_for() {
     assert_eq!(report.usage, Usage::new(400, 40), "{report:?}");
 }
 
+/// A sub-agent's tokens and calls count in its caller's figures also when its report is
+/// refused on its way back (here over the run's `contextTokenBudget`), where they went
+/// with the report.
+#[tokio::test]
+async fn a_sub_agent_s_figures_count_when_its_report_is_refused() {
+    let child = Arc::new(
+        ScriptedModel::new("small")
+            .calls(vec![("mock__echo", json!({}))])
+            .report("success", &"a long report; ".repeat(100)),
+    );
+    let parent = Arc::new(
+        ScriptedModel::new("big").calls(vec![("agent__child", json!({"prompt": "work"}))]).then(
+            |request| {
+                // The report refused, this is the last turn (the budget is spent).
+                let said = format!("{:?}", request.messages);
+                assert!(said.contains("contextTokenBudget"), "{said}");
+                let call = ModelToolCall::new(
+                    "r",
+                    "agent__final_report",
+                    json!({"status": "partial", "content": "x"}),
+                );
+                Ok(ModelResponse::tool_calls(vec![call]))
+            },
+        ),
+    );
+    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
+        ("big".to_owned(), parent.clone() as Arc<dyn Model>),
+        ("small".to_owned(), child.clone() as Arc<dyn Model>),
+    ]);
+    let mock = Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
+    let config = OrchestratorConfig::default().with_context_token_budget(100);
+    let (agents, _o) = start_agents_with(config, parent_and_child(None), models, vec![mock]).await;
+    let report = agents.run("parent", "go", &CallContext::new()).await.unwrap();
+    assert_eq!(parent.requests().len(), 2, "{report:?}");
+    // The parent's first turn and the child's two; the delegation and the child's echo.
+    assert_eq!(report.usage, Usage::new(300, 30), "{report:?}");
+    assert_eq!((report.tool_calls, report.refused_calls), (2, 0), "{report:?}");
+}
+
 #[tokio::test]
 async fn sub_agents_run_through_the_pipeline_and_add_up() {
     let parent = Arc::new(
