@@ -597,13 +597,10 @@ impl Sandbox {
                 // The user's lines' paths join the server's own (found before the command).
                 let user = self.matched.lock().unwrap_or_else(|e| e.into_inner()).1.clone();
                 for folder in &policy.folders {
-                    if std::fs::symlink_metadata(folder).is_err() {
-                        use std::os::unix::fs::DirBuilderExt as _;
-                        let made =
-                            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(folder);
-                        if let Err(e) = made {
-                            tracing::warn!(folder = %folder.display(), "a folder of toolmux's to hide from commands could not be made: {e}");
-                        }
+                    if std::fs::symlink_metadata(folder).is_err()
+                        && let Err(e) = make_folder(folder)
+                    {
+                        tracing::warn!(folder = %folder.display(), "a folder of toolmux's to hide from commands could not be made: {e}");
                     }
                 }
                 let joined = |own: &[PathBuf], theirs: &[PathBuf]| -> Vec<PathBuf> {
@@ -634,6 +631,53 @@ impl Sandbox {
             }
         }
     }
+}
+
+/// Makes the folder `path` (absolute, symlinks resolved when the sandbox was made) and
+/// those missing above it, mode 0700, each made in its parent opened with no symlink
+/// followed: the parent is outside the sandbox, and a command may have put a symlink on
+/// the way since (a missing folder beneath a writable root), which `mkdir -p` would follow
+/// to make the folder wherever it leads. A symlink or a file on the way is refused.
+fn make_folder(path: &Path) -> std::io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    use std::path::Component;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut dir = rustix::fs::open("/", flags, Mode::empty())?;
+    let mut reached = PathBuf::from("/");
+    for part in path.components() {
+        let name = match part {
+            Component::RootDir => continue,
+            Component::Normal(name) => name,
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the path is not absolute and plain",
+                ));
+            }
+        };
+        reached.push(name);
+        let opened = match rustix::fs::openat(&dir, name, flags, Mode::empty()) {
+            Err(rustix::io::Errno::NOENT) => {
+                match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                rustix::fs::openat(&dir, name, flags, Mode::empty())
+            }
+            opened => opened,
+        };
+        dir = match opened {
+            Ok(next) => next,
+            Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+                return Err(std::io::Error::other(format!(
+                    "`{}` is a symbolic link or not a folder, which no folder is made through",
+                    reached.display()
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
+    }
+    Ok(())
 }
 
 /// The embedding program's files that were missing when a command started, and the

@@ -559,6 +559,40 @@ async fn stored_outputs_in_tmp_are_hidden_from_commands() {
     std::fs::remove_dir_all(&second).unwrap();
 }
 
+/// A missing output directory is made before a command starts, outside the sandbox, so
+/// no symlink on its way is followed: one a command put there earlier (`build` made a
+/// link to a folder of the user's) had toolmux make an empty folder wherever it led.
+#[tokio::test]
+async fn a_missing_output_directory_is_not_made_through_a_symlink() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let outside_dir = unsandboxed_dir();
+    let outside = std::fs::canonicalize(outside_dir.path()).unwrap();
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_protected(ProtectedPath::new(root.join("build/outputs"), ProtectedKind::OutputDir));
+    let fs = FsProvider::new(config).unwrap();
+    // Where an earlier command (of another provider, or before the folder was removed)
+    // left it.
+    std::os::unix::fs::symlink(&outside, root.join("build")).unwrap();
+    let out = fs.call("bash", json!({"command": "echo done"}), &CallContext::new()).await;
+    let text = out.unwrap().to_text();
+    assert!(text.contains("done"), "{text}");
+    assert!(!outside.join("outputs").exists(), "{text}");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "{text}");
+    if kernel != Kernel::None {
+        // Without the symlink the folder is made, private.
+        std::fs::remove_file(root.join("build")).unwrap();
+        let out = fs.call("bash", json!({"command": "echo done"}), &CallContext::new()).await;
+        assert!(out.unwrap().to_text().contains("done"));
+        let made = std::fs::symlink_metadata(root.join("build/outputs")).unwrap();
+        assert!(made.is_dir());
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(made.permissions().mode() & 0o777, 0o700);
+    }
+}
+
 /// The user's `protect` lines reach commands too: what they match is read-only to a
 /// command (ignored files included), and what the `hide` lines match is not there for it;
 /// the rest of the root stays writable.
