@@ -470,7 +470,11 @@ impl Endpoint {
         }
     }
 
-    /// The body of `response`, refused beyond [`MAX_BODY_BYTES`].
+    /// The body of `response`, refused beyond [`MAX_BODY_BYTES`], and given up when
+    /// nothing more of it comes for `timeoutMs`, as a stream's parts are: asked for as a
+    /// stream, the whole answer may take ten times as long, and a server that answers in
+    /// one piece (one that ignores `stream`, or an error) and then stalls would hold the
+    /// request that long.
     async fn read_body(&self, mut response: reqwest::Response) -> Result<Vec<u8>, Failure> {
         let status = Some(response.status().as_u16());
         let too_large = || Failure::Fatal {
@@ -484,11 +488,12 @@ impl Endpoint {
             return Err(too_large());
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| self.transport_failure("reading the answer failed", e))?
-        {
+        loop {
+            let chunk = tokio::time::timeout(self.timeout, response.chunk())
+                .await
+                .map_err(|_| self.stalled(TimeoutKind::Idle))?
+                .map_err(|e| self.transport_failure("reading the answer failed", e))?;
+            let Some(chunk) = chunk else { break };
             if body.len() + chunk.len() > MAX_BODY_BYTES {
                 return Err(too_large());
             }

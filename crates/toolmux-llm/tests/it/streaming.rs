@@ -423,6 +423,68 @@ async fn a_stream_of_pings_alone_ends_at_ten_times_timeout_ms_saying_so() {
     }
 }
 
+/// A loopback server that answers every request with the head of a JSON answer (not a
+/// stream) and the first byte of its body, then nothing until the client goes. Returns its
+/// base URL.
+async fn stalling_json_server() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut chunk = [0u8; 8192];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut chunk).await {
+                        Ok(n) if n > 0 => head.extend_from_slice(&chunk[..n]),
+                        _ => return,
+                    }
+                }
+                let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                             content-length: 1000\r\nconnection: close\r\n\r\n{";
+                if socket.write_all(reply.as_bytes()).await.is_err() {
+                    return;
+                }
+                // Holds the connection until the client goes (the rest of the request
+                // body, if any, then the end).
+                while matches!(socket.read(&mut chunk).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    base
+}
+
+/// Asked for a stream, an answer that comes in one piece (a server that ignores
+/// `stream`) and stalls is given up after `timeoutMs` with nothing more of it, as a
+/// stream's parts are, where it was read with no limit but ten times `timeoutMs` for the
+/// whole answer.
+#[tokio::test]
+async fn an_answer_in_one_piece_that_stalls_is_given_up_after_timeout_ms() {
+    for dialect in DIALECTS {
+        let base = stalling_json_server().await;
+        let base = match dialect {
+            Dialect::OpenAi => format!("{base}/v1"),
+            Dialect::Anthropic => base,
+        };
+        let mut config = config(dialect, base);
+        config.timeout_ms = Some(200);
+        let model = toolmux_llm::connect("stalled", &config).unwrap();
+        let error = tokio::time::timeout(
+            Duration::from_secs(10),
+            stream(&model, &hello(), &Recorder::default()),
+        )
+        .await
+        .expect("a limit ends it")
+        .unwrap_err();
+        assert!(
+            matches!(error, ModelError::Timeout { timeout, kind: toolmux_llm::TimeoutKind::Idle, .. }
+                if timeout == Duration::from_millis(200)),
+            "{dialect:?}: {error:?}"
+        );
+    }
+}
+
 /// Azure OpenAI as its older `api-version`s answer: a request with `stream_options` is
 /// refused with `refusal`, one without is answered `text`.
 fn refusing_stream_options(refusal: &'static str, text: &'static str) -> ScriptStep {
