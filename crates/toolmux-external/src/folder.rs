@@ -70,6 +70,20 @@ pub(crate) fn lock_blocking(
     provider: &str,
     subfolders: &[&str],
 ) -> Result<Lock, ToolError> {
+    lock_within(dir, what, provider, subfolders, LOCK_TIMEOUT)
+}
+
+/// [`lock_blocking`], waiting up to `within` (at most [`LOCK_TIMEOUT`]) for another
+/// process to release the lock: for a change its caller needs done by a time of its own.
+/// The lock is tried once however short `within` is.
+pub(crate) fn lock_within(
+    dir: &Path,
+    what: &str,
+    provider: &str,
+    subfolders: &[&str],
+    within: Duration,
+) -> Result<Lock, ToolError> {
+    let within = within.min(LOCK_TIMEOUT);
     let at = dir.join(".lock");
     let file = lock_file(&at, provider)?;
     let started = std::time::Instant::now();
@@ -91,20 +105,24 @@ pub(crate) fn lock_blocking(
             crate::journal::recover(dir, provider)?;
             return Ok(lock);
         }
-        if started.elapsed() >= LOCK_TIMEOUT {
-            return Err(locked(dir, what, provider));
+        let waited = started.elapsed();
+        if waited >= within {
+            return Err(locked(dir, what, provider, within));
         }
-        std::thread::sleep(LOCK_RETRY);
+        std::thread::sleep(LOCK_RETRY.min(within - waited));
     }
 }
 
-fn locked(dir: &Path, what: &str, provider: &str) -> ToolError {
+fn locked(dir: &Path, what: &str, provider: &str, waited: Duration) -> ToolError {
+    let waited = match waited.subsec_millis() {
+        0 if !waited.is_zero() => format!("{} s", waited.as_secs()),
+        _ => format!("{} ms", waited.as_millis()),
+    };
     ToolError::Unavailable {
         provider: provider.into(),
         message: format!(
-            "the {what} folder `{}` stayed locked by another process for {} s; try again",
-            dir.display(),
-            LOCK_TIMEOUT.as_secs()
+            "the {what} folder `{}` stayed locked by another process for {waited}; try again",
+            dir.display()
         ),
     }
 }

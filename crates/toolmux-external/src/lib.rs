@@ -782,7 +782,7 @@ fn may_see(caller: &str, call: &str) -> bool {
 const OWN_TOOLS: [&str; 3] = ["pending", "submit", "inbox"];
 
 /// How much longer than its own wait a call may take: time to withdraw it and answer.
-const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
 fn own_tools() -> Vec<ToolSpec> {
     let hidden =

@@ -64,6 +64,14 @@ const STALE_TEMP: Duration = Duration::from_secs(60 * 60);
 /// How much longer than its wait a caller is taken to be waiting: time to give up.
 const WAIT_SLACK: Duration = Duration::from_secs(2);
 
+/// How long past its timeout a wait may wait for the folder's lock to take its result or
+/// give up: half of the time its caller allows past the wait ([`crate::ANSWER_MARGIN`]),
+/// so that another process holding the lock for longer (up to the lock's 10 s) never
+/// keeps the wait past its caller's time limit, which would withdraw the call and refuse
+/// its result. A wait that could not give up in time leaves it to a task.
+const FINISH_WAIT: Duration = Duration::from_millis(500);
+const _: () = assert!(FINISH_WAIT.as_millis() * 2 <= crate::ANSWER_MARGIN.as_millis());
+
 /// How often, at most, a process looks through every file for expired ones (unless the
 /// store is full); reading skips expired ones whenever it looks.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
@@ -289,6 +297,13 @@ impl Inner {
         folder::lock_blocking(&self.path, WHAT, PROVIDER, &SUBFOLDERS)
     }
 
+    /// [`Inner::lock`], waiting for another process's release until `until` at most (the
+    /// lock is tried once past it).
+    fn lock_until(&self, until: std::time::Instant) -> Result<folder::Lock, ToolError> {
+        let within = until.saturating_duration_since(std::time::Instant::now());
+        folder::lock_within(&self.path, WHAT, PROVIDER, &SUBFOLDERS, within)
+    }
+
     fn call_path(&self, id: &str) -> PathBuf {
         self.path.join(call_file(id))
     }
@@ -445,8 +460,15 @@ impl Inner {
         Ok(id)
     }
 
-    fn claim(&self, id: &str, timeout: Duration) -> Result<Claim, ToolError> {
-        let _lock = self.lock()?;
+    /// Marks `id` as waited for `timeout` from now, the folder's lock waited for until
+    /// `until` at most.
+    fn claim(
+        &self,
+        id: &str,
+        timeout: Duration,
+        until: std::time::Instant,
+    ) -> Result<Claim, ToolError> {
+        let _lock = self.lock_until(until)?;
         let now = now_ms();
         let Some(mut stored) = self.load(id)? else { return Ok(Claim::Nothing) };
         if let Some(result) = stored.result.take() {
@@ -467,9 +489,14 @@ impl Inner {
         }
     }
 
-    /// The result handed to the waiting caller of `id`, taken (the call is done).
-    fn take(&self, id: &str) -> Result<Option<ExternalResult>, ToolError> {
-        let _lock = self.lock()?;
+    /// The result handed to the waiting caller of `id`, taken (the call is done), the
+    /// folder's lock waited for until `until` at most.
+    fn take(
+        &self,
+        id: &str,
+        until: std::time::Instant,
+    ) -> Result<Option<ExternalResult>, ToolError> {
+        let _lock = self.lock_until(until)?;
         let Some(result) = self.load(id)?.and_then(|s| s.result) else { return Ok(None) };
         self.remove(id)?;
         Ok(Some(result))
@@ -478,6 +505,11 @@ impl Inner {
     /// Ends the wait for `id`: a result there already is taken, a later one goes to the inbox.
     fn give_up(&self, id: &str) -> Result<Option<ExternalResult>, ToolError> {
         let _lock = self.lock()?;
+        self.give_up_locked(id)
+    }
+
+    /// [`Inner::give_up`], holding the folder's lock.
+    fn give_up_locked(&self, id: &str) -> Result<Option<ExternalResult>, ToolError> {
         let Some(mut stored) = self.load(id)? else { return Ok(None) };
         if let Some(result) = stored.result.take() {
             self.remove(id)?;
@@ -489,6 +521,31 @@ impl Inner {
         stored.call.expires_ms = now_ms().saturating_add(ms(self.pending_ttl));
         self.save(&stored)?;
         Ok(None)
+    }
+
+    /// Ends the wait for `id` after its caller stopped waiting without giving up (the
+    /// folder stayed locked past the time it had): a result handed to it meanwhile goes to
+    /// the run's inbox, as one submitted later does (or, when the inbox refuses it, stays
+    /// for the next sweep to move).
+    fn give_up_late(&self, id: &str) -> Result<(), ToolError> {
+        let lock = self.lock()?;
+        let Some(mut stored) = self.load(id)? else { return Ok(()) };
+        let now = now_ms();
+        stored.waiter = None;
+        stored.call.status = CallStatus::Pending;
+        let Some(result) = stored.result.clone() else {
+            stored.call.expires_ms = now.saturating_add(ms(self.pending_ttl));
+            return self.save(&stored);
+        };
+        let mut moved = stored.clone();
+        moved.result = None;
+        match self.to_inbox(&lock, moved, result, now) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.save(&stored)?;
+                Err(e)
+            }
+        }
     }
 
     fn withdraw(&self, id: &str) -> Result<(), ToolError> {
@@ -867,8 +924,13 @@ impl PendingStore for DirPendingStore {
             return None;
         }
         let deadline = Instant::now() + timeout;
+        // The folder's lock is waited for no longer than the wait (to mark the call) or
+        // than a moment past it (to take the result or give up): another process holding
+        // it must not keep the wait past its caller's time limit.
+        let finish_by = (deadline + FINISH_WAIT).into_std();
         let id = call_id.to_owned();
-        match self.blocking(move |inner| inner.claim(&id, timeout)).await {
+        let until = deadline.into_std();
+        match self.blocking(move |inner| inner.claim(&id, timeout, until)).await {
             Ok(Claim::Taken(result)) => return Some(result),
             Ok(Claim::Wait) => {}
             Ok(Claim::Nothing) => return None,
@@ -894,7 +956,8 @@ impl PendingStore for DirPendingStore {
                 }
                 Ok(Some(stored)) if stored.result.is_some() => {
                     let id = call_id.to_owned();
-                    if let Ok(Some(result)) = self.blocking(move |inner| inner.take(&id)).await {
+                    let taken = self.blocking(move |inner| inner.take(&id, finish_by)).await;
+                    if let Ok(Some(result)) = taken {
                         waiting.call_id = None;
                         return Some(result);
                     }
@@ -911,7 +974,27 @@ impl PendingStore for DirPendingStore {
         let id = call_id.to_owned();
         // Give up, unless a result came at the last moment: its submitter was told it
         // reached the waiting call, so it must.
-        self.blocking(move |inner| inner.give_up(&id)).await.ok().flatten()
+        let given_up = self
+            .blocking(move |inner| {
+                let _lock = inner.lock_until(finish_by)?;
+                inner.give_up_locked(&id)
+            })
+            .await;
+        match given_up {
+            Ok(result) => result,
+            Err(e) => {
+                // The folder stayed locked: a task gives up once it is free, sending a
+                // result that came meanwhile to the inbox, as one that comes later.
+                tracing::debug!(target: "toolmux::external", "call {call_id} given up in a task: {e}");
+                let (inner, id) = (self.inner.clone(), call_id.to_owned());
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) = inner.give_up_late(&id) {
+                        tracing::warn!(target: "toolmux::external", "the wait for call {id} not ended in the folder: {e}");
+                    }
+                });
+                None
+            }
+        }
     }
 
     async fn withdraw(&self, call_id: &str) {

@@ -413,6 +413,52 @@ async fn a_cancelled_wait_sends_a_later_result_to_the_inbox() {
     assert_eq!(p.a.take_inbox("r", None).await.unwrap().len(), 1);
 }
 
+/// Another process holding the folder's lock for longer than the second a call's caller
+/// allows past its wait does not keep the wait past that: the wait ends in time, saying no
+/// result came, and once the folder is free the call is pending and a result submitted
+/// then goes to the run's inbox, as does one handed to the wait that it could not take.
+/// The wait waited for the lock up to 10 s, to mark the call, take its result and give up,
+/// so its caller's time limit cut it, withdrew the call and refused the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_locked_past_the_answer_margin_does_not_hold_a_wait_past_it() {
+    let p = folder();
+    let dir = p._dir.as_ref().unwrap().path().to_owned();
+    let id = p.a.open(call("external__confirm", "r", false)).await.unwrap();
+    let answered = p.a.open(call("external__confirm", "r2", false)).await.unwrap();
+    assert_eq!(p.b.resolve(&answered, answer("early")).await.unwrap(), Delivery::Waiting);
+    let lock = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(".lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    // As the provider's time limit for a call that waits `timeout`: a second more.
+    let timeout = Duration::from_millis(300);
+    let both = async { tokio::join!(p.a.wait(&id, timeout), p.a.wait(&answered, timeout)) };
+    let waited = tokio::time::timeout(timeout + Duration::from_secs(1), both);
+    let waited = waited.await.expect("the waits ended within their callers' time limit");
+    assert_eq!(waited, (None, None));
+    lock.unlock().unwrap();
+    let b = p.b.clone();
+    let answered_file = dir.join("calls").join(format!("{answered}.json"));
+    toolmux_test_support::eventually("the waits end in the folder", || {
+        let (b, answered_file) = (b.clone(), answered_file.clone());
+        async move {
+            let pending = b.pending(&[], Duration::ZERO).await.unwrap();
+            let moved = !answered_file.exists();
+            moved && pending.len() == 1 && pending[0].status == CallStatus::Pending
+        }
+    })
+    .await;
+    assert_eq!(
+        p.b.resolve(&id, answer("late")).await.unwrap(),
+        Delivery::Inbox { run_id: "r".into() }
+    );
+    assert_eq!(p.a.take_inbox("r", None).await.unwrap()[0].result, answer("late"));
+    assert_eq!(p.a.take_inbox("r2", None).await.unwrap()[0].result, answer("early"));
+}
+
 /// A call file nobody can read does not stop the others: it is skipped, then set aside and
 /// named in a warning; a result for it says which file is wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
