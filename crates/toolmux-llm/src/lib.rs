@@ -285,6 +285,9 @@ pub fn connect(name: &str, config: &ModelConfig) -> Result<Arc<dyn Model>, Model
     let images = config.images.unwrap_or(true);
     let model: Arc<dyn Model> = match config.api {
         ApiKind::Openai => Arc::new(openai::OpenAiModel {
+            completion_tokens: std::sync::atomic::AtomicBool::new(openai::wants_completion_tokens(
+                &endpoint.url,
+            )),
             endpoint,
             max_tokens,
             temperature,

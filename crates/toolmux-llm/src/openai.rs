@@ -31,6 +31,11 @@ pub(crate) struct OpenAiModel {
     /// Streamed requests ask for the usage with `stream_options`, until the API refuses
     /// the member (see [`refuses_stream_options`]); then never again for this client.
     pub(crate) stream_options: AtomicBool,
+    /// The output limit goes as `max_completion_tokens`, not `max_tokens`: OpenAI's own
+    /// API from the start ([`wants_completion_tokens`]), any other once it refused
+    /// `max_tokens` asking for it (see [`refuses_max_tokens`]), from then on for this
+    /// client.
+    pub(crate) completion_tokens: AtomicBool,
 }
 
 #[async_trait]
@@ -52,10 +57,14 @@ impl Model for OpenAiModel {
         request: &ModelRequest,
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, ModelError> {
-        let body = self.body(request);
-        let answer = self.endpoint.post(&body, cancel).await?;
+        let mut answer = self.endpoint.post(&self.body(request), cancel).await;
+        if let Err(error) = &answer
+            && self.corrected(error, false)
+        {
+            answer = self.endpoint.post(&self.body(request), cancel).await;
+        }
         let answer =
-            parse(&answer, &self.endpoint).map_err(|e| self.estimated_error(request, e))?;
+            parse(&answer?, &self.endpoint).map_err(|e| self.estimated_error(request, e))?;
         Ok(self.estimated(request, answer))
     }
 
@@ -67,26 +76,22 @@ impl Model for OpenAiModel {
     ) -> Result<ModelResponse, ModelError> {
         // The usage comes in a last chunk of its own only when asked for.
         let usage = [("stream_options", json!({"include_usage": true}))];
-        let asked = self.stream_options.load(Ordering::Relaxed);
-        let fields: &[_] = if asked { &usage } else { &[] };
         let mut chunks = Chunks::default();
         let endpoint = &self.endpoint;
-        let body = self.body(request);
-        let answer =
-            endpoint.complete_streaming(body, fields, cancel, on_delta, &mut chunks, parse).await;
-        let answer = match answer {
-            Err(ModelError::Api { status: 400, message, .. })
-                if asked && refuses_stream_options(&message) =>
-            {
-                // Refused before anything streamed, so no delta needs voiding. Streamed
-                // answers then carry no usage: it is estimated, as for servers that report
-                // none.
-                tracing::debug!(model = %endpoint.name, "the API refuses `stream_options`; asking again without it");
-                self.stream_options.store(false, Ordering::Relaxed);
-                let body = self.body(request);
-                endpoint.complete_streaming(body, &[], cancel, on_delta, &mut chunks, parse).await
+        // Each correction ([`OpenAiModel::corrected`]) is made once for the client, so
+        // this asks at most three times.
+        let answer = loop {
+            let asked = self.stream_options.load(Ordering::Relaxed);
+            let fields: &[_] = if asked { &usage } else { &[] };
+            let body = self.body(request);
+            let answer = endpoint
+                .complete_streaming(body, fields, cancel, on_delta, &mut chunks, parse)
+                .await;
+            match &answer {
+                // Refused before anything streamed, so no delta needs voiding.
+                Err(error) if self.corrected(error, asked) => continue,
+                _ => break answer,
             }
-            answer => answer,
         };
         let answer = answer.map_err(|e| self.estimated_error(request, e))?;
         Ok(self.estimated(request, answer))
@@ -94,6 +99,27 @@ impl Model for OpenAiModel {
 }
 
 impl OpenAiModel {
+    /// Whether `error` refuses a member of the request that this client can do without
+    /// and now will, from then on: `stream_options`, when the request had them
+    /// (`stream_options`; streamed answers then carry no usage, which is estimated as for
+    /// servers that report none), or `max_tokens` for `max_completion_tokens` (an Azure
+    /// deployment or a proxy serving OpenAI's reasoning models). The request is then asked
+    /// again.
+    fn corrected(&self, error: &ModelError, stream_options: bool) -> bool {
+        let ModelError::Api { status: 400, message, .. } = error else { return false };
+        if stream_options && refuses_stream_options(message) {
+            tracing::debug!(model = %self.endpoint.name, "the API refuses `stream_options`; asking again without it");
+            self.stream_options.store(false, Ordering::Relaxed);
+            return true;
+        }
+        if !self.completion_tokens.load(Ordering::Relaxed) && refuses_max_tokens(message) {
+            tracing::debug!(model = %self.endpoint.name, "the API refuses `max_tokens`; asking again with `max_completion_tokens`");
+            self.completion_tokens.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
     /// `answer` with its usage estimated when the API reported none ([`parse`] marks it
     /// so), as [`ModelResponse::with_estimated_usage`] does for both APIs; the request's
     /// body is written again only then.
@@ -127,6 +153,16 @@ fn refuses_stream_options(message: &str) -> bool {
     message.contains("stream_options")
         && (message.contains("unrecognized request argument")
             || message.contains("unknown parameter"))
+}
+
+/// Whether `message`, a 400's, refuses `max_tokens` and asks for `max_completion_tokens`,
+/// as OpenAI's reasoning models do wherever they are served: "Unsupported parameter:
+/// 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."
+fn refuses_max_tokens(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("max_tokens")
+        && message.contains("max_completion_tokens")
+        && (message.contains("unsupported") || message.contains("not supported"))
 }
 
 /// A streamed chat completion's chunks, folded into the completion they make.
@@ -383,11 +419,13 @@ fn stream_error(error: &Value) -> StreamError {
     StreamError::Api { kind, status, message }
 }
 
-/// The name of the output limit at `url`: OpenAI's own API has deprecated `max_tokens` and
-/// its reasoning models refuse it, while the servers that copy the API (vLLM, llama.cpp,
-/// Ollama, LiteLLM) know only `max_tokens`.
-fn limit_field(url: &reqwest::Url) -> &'static str {
-    if url.host_str() == Some("api.openai.com") { "max_completion_tokens" } else { "max_tokens" }
+/// Whether the output limit goes as `max_completion_tokens` to `url` from the start:
+/// OpenAI's own API has deprecated `max_tokens` and its reasoning models refuse it, while
+/// the servers that copy the API (vLLM, llama.cpp, Ollama, LiteLLM) know only
+/// `max_tokens`. Others that refuse it say so, and are asked again
+/// ([`OpenAiModel::corrected`]).
+pub(crate) fn wants_completion_tokens(url: &reqwest::Url) -> bool {
+    url.host_str() == Some("api.openai.com")
 }
 
 impl OpenAiModel {
@@ -403,7 +441,10 @@ impl OpenAiModel {
         let mut body = Map::new();
         body.insert("model".into(), json!(self.endpoint.model));
         body.insert("messages".into(), Value::Array(messages));
-        let limit = limit_field(&self.endpoint.url);
+        let limit = match self.completion_tokens.load(Ordering::Relaxed) {
+            true => "max_completion_tokens",
+            false => "max_tokens",
+        };
         body.insert(limit.into(), json!(request.max_tokens.unwrap_or(self.max_tokens)));
         if let Some(temperature) = request.temperature.or(self.temperature) {
             body.insert("temperature".into(), json!(temperature));
@@ -687,7 +728,7 @@ fn parse_call(
 
 #[cfg(test)]
 mod tests {
-    use super::{Assembler, Chunks, limit_field, stream_error};
+    use super::{Assembler, Chunks, refuses_max_tokens, stream_error, wants_completion_tokens};
     use crate::ModelDelta;
     use crate::http::StreamError;
     use serde_json::{Value, json};
@@ -849,9 +890,19 @@ mod tests {
 
     #[test]
     fn openai_itself_gets_max_completion_tokens() {
-        let field = |url: &str| limit_field(&url.parse().expect("a URL"));
-        assert_eq!(field("https://api.openai.com/v1/chat/completions"), "max_completion_tokens");
-        assert_eq!(field("http://127.0.0.1:11434/v1/chat/completions"), "max_tokens");
-        assert_eq!(field("https://openrouter.example/api/v1/chat/completions"), "max_tokens");
+        let wants = |url: &str| wants_completion_tokens(&url.parse().expect("a URL"));
+        assert!(wants("https://api.openai.com/v1/chat/completions"));
+        assert!(!wants("http://127.0.0.1:11434/v1/chat/completions"));
+        assert!(!wants("https://openrouter.example/api/v1/chat/completions"));
+    }
+
+    #[test]
+    fn a_refusal_of_max_tokens_is_told_from_other_bad_requests() {
+        assert!(refuses_max_tokens(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use \
+             'max_completion_tokens' instead."
+        ));
+        assert!(!refuses_max_tokens("max_tokens is too large: 999999"));
+        assert!(!refuses_max_tokens("Unsupported parameter: 'max_completion_tokens'"));
     }
 }

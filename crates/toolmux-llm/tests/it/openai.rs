@@ -381,3 +381,40 @@ async fn arguments_encoded_twice_are_read_as_their_object() {
     let answer = complete(&model, &hello()).await;
     assert_eq!(answer.tool_calls[0].arguments, json!("a.md"));
 }
+
+/// An OpenAI reasoning model served elsewhere than OpenAI (an Azure deployment, a proxy):
+/// a request with `max_tokens` is refused as OpenAI refuses it, one with
+/// `max_completion_tokens` is answered `text`.
+fn refusing_max_tokens(text: &'static str) -> ScriptStep {
+    const REFUSAL: &str = r#"{"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}"#;
+    ScriptStep::callback(move |request| match request.get("max_tokens") {
+        Some(_) => ScriptStep::status(400, REFUSAL),
+        None => ScriptStep::text(text),
+    })
+}
+
+/// A server that refuses `max_tokens` asking for `max_completion_tokens` is asked again
+/// with that, and the client remembers it for its next requests, streamed or not, where
+/// every request to a server other than OpenAI's own failed with the 400.
+#[tokio::test]
+async fn an_api_that_wants_max_completion_tokens_is_asked_again_with_it_from_then_on() {
+    for stream in [false, true] {
+        let script = vec![
+            refusing_max_tokens("never sent"),
+            refusing_max_tokens("first answer"),
+            refusing_max_tokens("second answer"),
+        ];
+        let (server, model) = serve_with(Dialect::OpenAi, script, |c| c.stream = Some(stream));
+        let cancel = CancellationToken::new();
+        let answer = model.complete_streaming(&hello(), &cancel, &|_| {}).await;
+        assert_eq!(answer.unwrap().content, "first answer", "stream {stream}");
+        let answer = model.complete(&hello(), &cancel).await;
+        assert_eq!(answer.unwrap().content, "second answer", "stream {stream}");
+        let limits: Vec<(bool, Value)> = server
+            .requests()
+            .iter()
+            .map(|r| (r.get("max_tokens").is_some(), r["max_completion_tokens"].clone()))
+            .collect();
+        assert_eq!(limits, [(true, Value::Null), (false, json!(4096)), (false, json!(4096))]);
+    }
+}
