@@ -276,6 +276,18 @@ pub enum ToolError {
     },
 }
 
+/// The message of a panic's `payload` (what `catch_unwind` caught): its text when it is
+/// text, else a phrase saying it is not.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "panic with a non-string payload".to_owned()
+    }
+}
+
 impl ToolError {
     /// Who must act.
     pub fn party(&self) -> Party {

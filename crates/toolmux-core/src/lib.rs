@@ -72,7 +72,7 @@ pub use context::{
     ApprovalDecision, ApprovalRequest, CONNECTION_HEADERS, CallContext, EarlyAnswer,
     InteractionHandler, Op, Progress, ProgressSink, passable_header,
 };
-pub use error::{Party, ToolError, Violation, error_report};
+pub use error::{Party, ToolError, Violation, error_report, panic_message};
 pub use file::{Replace, replace_file};
 pub use holder::{holder_run_id, holder_run_prefix, run_holder};
 pub use interaction::{

@@ -1,7 +1,8 @@
 //! The official MCP conformance suite (npm `@modelcontextprotocol/conformance`) against the
 //! real gateway: `toolmux serve --http` fronting the conformance fixture server of
 //! toolmux-mcp (`toolmux-mcp-serve-fixture stdio`, its tools, prompts and resources offered
-//! under their own names with `namespaced: false`). Every request crosses the whole path:
+//! under their own names with `namespaced: false`, its task tools served as the gateway's
+//! tasks with `serve.taskTools`). Every request crosses the whole path:
 //! toolmux's MCP server, the orchestrator's pipeline, toolmux's MCP client and the
 //! fixture; sampling, elicitation, roots and log lines travel back the same way.
 //!
@@ -31,10 +32,14 @@ fn baselines() -> PathBuf {
 
 fn run_suite(suite: &str, extra: &[&str], baseline: &str) {
     let project = Project::new();
+    // The fixture's task tools run as the gateway's own tasks (`serve.taskTools`): a
+    // 2026-07-28 tool listing does not say which tools of an upstream server may.
     project.file(
         "toolmux.yaml",
         &format!(
-            "mcpServers:\n  fixture:\n    command: {}\n    args: [stdio]\n    namespaced: false\n",
+            "mcpServers:\n  fixture:\n    command: {}\n    args: [stdio]\n    namespaced: false\n\
+             serve:\n  taskTools: [slow_compute, failing_job, protocol_error_job, confirm_delete, \
+             multi_input, test_tool_with_task]\n",
             fixture_bin().display()
         ),
     );

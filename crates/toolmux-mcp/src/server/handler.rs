@@ -9,6 +9,7 @@ use super::progress::ProgressGate;
 use super::settle::SettledChanges;
 use super::tasks::TaskStore;
 use crate::server::ClientProfile;
+use futures::FutureExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
     CompleteRequestParams, CompleteResult, CompletionInfo, CreateTaskResult,
@@ -24,6 +25,7 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,7 +35,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmux_core::{
     CallContext, CompletionRef, CompletionRequest, EarlyAnswer, LogLevel, LogMessage, LogSink,
     Progress, ProgressSink, Relayed, ResourceUpdates, TaskSupport, ToolError, ToolListChanges,
-    ToolOutput, ToolProvider, TraceParent, holder_run_id,
+    ToolOutput, ToolProvider, TraceParent, holder_run_id, panic_message,
 };
 
 /// How long a stateless run that asked a question without an answer may go on asking
@@ -782,10 +784,13 @@ impl Gateway {
             .with_caller_headers(caller_headers)
     }
 
-    /// Runs `work` (a tool call, a prompt, a resource read) with the exchange's progress,
-    /// log and question channels, stopping it when a stateless client must answer first.
+    /// Runs `work` (a tool call, a prompt, a resource read, of `what`) with the exchange's
+    /// progress, log and question channels, stopping it when a stateless client must answer
+    /// first. A panic in `work` is an error of the call ([`ToolError::Panicked`]), so that
+    /// the client is answered instead of waiting for ever for a request whose task died.
     async fn drive<T>(
         &self,
+        what: &str,
         ctx: CallContext,
         exchange: &Exchange,
         work: impl AsyncFnOnce(CallContext) -> Result<T, ToolError>,
@@ -794,7 +799,8 @@ impl Gateway {
         let cancel = ctx.cancel_token().clone();
         let wants_channel = exchange.progress.is_some() || exchange.log_level.is_some();
         if !wants_channel && exchange.round.is_none() {
-            return Ended::Done(until_closed(&exchange.closing, &cancel, work(ctx)).await);
+            let work = caught(what, work(ctx));
+            return Ended::Done(until_closed(&exchange.closing, &cancel, work).await);
         }
         // Sinks must return at once, so reports go through a channel; they are sent from
         // here, before the result, so that none arrives after the response.
@@ -820,7 +826,7 @@ impl Gateway {
         }
         drop(tx);
         let mut out = Sender { exchange };
-        let call = until_closed(&exchange.closing, &cancel, work(ctx));
+        let call = until_closed(&exchange.closing, &cancel, caught(what, work(ctx)));
         tokio::pin!(call);
         let needed = async {
             match &exchange.round {
@@ -935,6 +941,19 @@ impl Gateway {
     }
 }
 
+/// `work` with a panic in it turned into [`ToolError::Panicked`] naming `what`.
+async fn caught<T>(
+    what: &str,
+    work: impl Future<Output = Result<T, ToolError>>,
+) -> Result<T, ToolError> {
+    match AssertUnwindSafe(work).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            Err(ToolError::Panicked { tool: what.to_owned(), message: panic_message(&*panic) })
+        }
+    }
+}
+
 /// Runs `work` (a call of the session) until it ends, or until `closing` fires: then
 /// `cancel` (the call's token) is fired at once and `work` gets [`CLOSE_GRACE`] to return
 /// before it is dropped, so that the session ends without waiting for rmcp's drain.
@@ -986,7 +1005,8 @@ impl Gateway {
         let local = self.shared.local_name(name).await;
         let gate = sinks.progress.clone();
         let ctx = self.direct_context(id, cancel, peer, sinks);
-        let result = self.shared.provider.call(&local, Value::Object(arguments), &ctx).await;
+        let call = self.shared.provider.call(&local, Value::Object(arguments), &ctx);
+        let result = caught(&local, call).await;
         if let Some(gate) = gate {
             gate.finish();
         }
@@ -1019,7 +1039,8 @@ impl Gateway {
     ) -> Result<Answer, ErrorData> {
         let gate = sinks.progress.clone();
         let ctx = self.direct_context(id, cancel, peer, sinks);
-        let relayed = self.shared.provider.relay(local, arguments, &ctx, usize::MAX).await;
+        let relayed =
+            caught(local, self.shared.provider.relay(local, arguments, &ctx, usize::MAX)).await;
         if let Some(gate) = gate {
             gate.finish();
         }
@@ -1314,7 +1335,9 @@ impl ServerHandler for Gateway {
         let provider = &self.provider_for(&context);
         let name = request.name.as_str();
         let ended = self
-            .drive(ctx, &exchange, async |ctx| provider.get_prompt(name, arguments, &ctx).await)
+            .drive(name, ctx, &exchange, async |ctx| {
+                provider.get_prompt(name, arguments, &ctx).await
+            })
             .await;
         finish(&exchange, ended, |prompt| {
             let result =
@@ -1403,8 +1426,9 @@ impl ServerHandler for Gateway {
         )?;
         let ctx = self.context(&context);
         let provider = &self.provider_for(&context);
-        let ended =
-            self.drive(ctx, &exchange, async |ctx| provider.read_resource(&uri, &ctx).await).await;
+        let ended = self
+            .drive(&uri, ctx, &exchange, async |ctx| provider.read_resource(&uri, &ctx).await)
+            .await;
         finish(&exchange, ended, |contents| {
             let contents = convert::resource_contents(contents);
             Ok(convert::result::<rmcp::model::ReadResourceResult>(contents)?.into())
@@ -1563,7 +1587,7 @@ impl ServerHandler for Gateway {
         }
         let provider = &self.provider_for(&context);
         let ended = self
-            .drive(ctx, &exchange, async |ctx| provider.call(&name, arguments, &ctx).await)
+            .drive(&name, ctx, &exchange, async |ctx| provider.call(&name, arguments, &ctx).await)
             .await;
         match ended {
             Ended::InputRequired(result) => Ok(result.into()),

@@ -26,6 +26,23 @@ async fn calls_over_both_protocol_generations() {
 }
 
 #[tokio::test]
+async fn a_panicking_tool_is_answered_over_both_protocol_generations() {
+    let mock = MockProvider::new("mock")
+        .with_tool("panics", Behavior::Panic)
+        .with_tool("a", Behavior::Echo);
+    let server = HttpServer::start(Arc::new(mock), ServeOptions::default()).await;
+    for lifecycle in [Lifecycle::Initialize, Lifecycle::Discover] {
+        let (client, _) = server.connect(lifecycle).await;
+        let result = call(&client, "panics", json!({})).await;
+        assert_eq!(result.is_error, Some(true), "{lifecycle:?}");
+        assert!(first_text(&result).contains("panicked on purpose"), "{}", first_text(&result));
+        assert_ne!(call(&client, "a", json!({"x": 1})).await.is_error, Some(true), "{lifecycle:?}");
+        within(client.cancel()).await.unwrap();
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn sessions_are_runs_and_see_list_changes() {
     let mock = Arc::new(MockProvider::new("mock").with_tool("a", Behavior::Echo));
     let server = HttpServer::start(mock.clone(), ServeOptions::default()).await;

@@ -169,7 +169,11 @@ async fn a_mock_provider_s_errors_are_error_results() {
         .with_tool("panics", Behavior::Panic);
     let (client, _, _server) =
         connect_io(Arc::new(mock), ServeOptions::default(), Lifecycle::Initialize).await;
-    for (tool, text) in [("fails", "remote exploded"), ("errs", "bad input")] {
+    // A panic in the provider is answered too (it was never answered: the request's
+    // task died and the client waited for ever), and the connection stays good.
+    for (tool, text) in
+        [("fails", "remote exploded"), ("errs", "bad input"), ("panics", "panicked"), ("errs", "")]
+    {
         let result = call(&client, tool, json!({})).await;
         assert_eq!(result.is_error, Some(true), "{tool}");
         assert!(first_text(&result).contains(text), "{tool}: {}", first_text(&result));

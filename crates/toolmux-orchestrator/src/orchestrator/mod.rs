@@ -39,7 +39,7 @@ use toolmux_core::{
     Health, InteractionHandler, JsonObject, LogMessage, LogSink, Op, ProgressSink, Prompt,
     PromptSpec, ProviderHealth, Relayed, ResourceContents, ResourceSpec, ResourceTemplate,
     ResourceUpdateNotifier, ResourceUpdates, ToolCall, ToolError, ToolKind, ToolListChanges,
-    ToolListNotifier, ToolOutput, ToolProvider, ToolResult, ToolSpec, naming,
+    ToolListNotifier, ToolOutput, ToolProvider, ToolResult, ToolSpec, naming, panic_message,
 };
 use tracing::Instrument as _;
 
@@ -3433,16 +3433,6 @@ fn debug_type_name(value: &dyn fmt::Debug) -> Option<String> {
     let name: String =
         head.0.chars().take_while(|c| c.is_alphanumeric() || matches!(c, '_' | ':')).collect();
     (!name.is_empty()).then_some(name)
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic with a non-string payload".to_owned()
-    }
 }
 
 #[async_trait::async_trait]
