@@ -243,6 +243,19 @@ pub(crate) const OPEN_WAITER: Duration = Duration::from_secs(60);
 /// (unless the store is full); reading skips expired ones whenever it looks.
 pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
+/// The longest time to live [`MemoryPendingStore`] keeps as given: a hundred years, as the
+/// Redis store keeps it. A longer one (a configuration's way of saying "never", up to
+/// `Duration::MAX`) is cut to it, as the clock cannot add a time past its end
+/// (`Instant + Duration::MAX` panics); its calls list as expiring at the end of time
+/// (`u64::MAX`), as those of a folder do.
+pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// The instant `by` after `at`, or [`FOREVER`] after it when that is past the clock's end:
+/// for waits and times to live that may be as long as a `Duration` holds.
+pub(crate) fn later(at: Instant, by: Duration) -> Instant {
+    at.checked_add(by).unwrap_or_else(|| at + FOREVER)
+}
+
 /// A [`PendingStore`] in this process's memory, bounded in size and in time: a call not
 /// answered within its time to live ([`DEFAULT_PENDING_TTL`]) expires, and so does a result
 /// nobody took from its inbox ([`DEFAULT_RESULT_TTL`]), so that a gateway that runs for
@@ -325,7 +338,7 @@ impl State {
             self.calls.remove(&id);
             self.receivers.remove(&id);
             if self.expired.len() < max_remembered {
-                self.expired.insert(id, now + remember_for);
+                self.expired.insert(id, later(now, remember_for));
             }
         }
         self.inboxes.retain(|_, inbox| {
@@ -359,11 +372,11 @@ impl MemoryPendingStore {
     }
 
     /// Calls expire `pending` after they were made, results `result` after they reached
-    /// their inbox (each at least a millisecond).
+    /// their inbox (each at least a millisecond; a hundred years or more is for ever).
     pub fn with_ttl(mut self, pending: Duration, result: Duration) -> Self {
         let least = Duration::from_millis(1);
-        self.pending_ttl = pending.max(least);
-        self.result_ttl = result.max(least);
+        self.pending_ttl = pending.clamp(least, FOREVER);
+        self.result_ttl = result.clamp(least, FOREVER);
         self
     }
 
@@ -386,7 +399,7 @@ impl MemoryPendingStore {
         exclude: &[String],
         wait: Duration,
     ) -> Vec<PendingCall> {
-        let deadline = Instant::now() + wait;
+        let deadline = later(Instant::now(), wait);
         loop {
             // Registered before looking, so that a call opened in between wakes us.
             let opened = self.opened.notified();
@@ -407,6 +420,14 @@ impl MemoryPendingStore {
     fn snapshot(&self, tools: &[String]) -> Vec<PendingCall> {
         let state = self.lock();
         let (now, now_ms) = (Instant::now(), now_ms());
+        // A call kept for good expires at the end of time, as in a folder.
+        let expires_ms = |e: &Entry| match self.pending_ttl >= FOREVER {
+            true => u64::MAX,
+            false => now_ms.saturating_add(
+                u64::try_from(e.expires.saturating_duration_since(now).as_millis())
+                    .unwrap_or(u64::MAX),
+            ),
+        };
         let mut calls: Vec<PendingCall> = state
             .calls
             .values()
@@ -414,10 +435,7 @@ impl MemoryPendingStore {
             .filter(|e| tools.is_empty() || tools.contains(&e.call.tool))
             .map(|e| PendingCall {
                 status: if e.waiter.is_some() { CallStatus::Waiting } else { CallStatus::Pending },
-                expires_ms: now_ms.saturating_add(
-                    u64::try_from(e.expires.saturating_duration_since(now).as_millis())
-                        .unwrap_or(u64::MAX),
-                ),
+                expires_ms: expires_ms(e),
                 ..e.call.clone()
             })
             .collect();
@@ -495,7 +513,7 @@ impl PendingStore for MemoryPendingStore {
                 tx
             });
             let waited_until = waiter.as_ref().map(|_| now + OPEN_WAITER);
-            let expires = now + self.pending_ttl;
+            let expires = later(now, self.pending_ttl);
             state.calls.insert(id.clone(), Entry { call, waiter, waited_until, expires });
         }
         self.opened.notify_waiters();
@@ -508,9 +526,9 @@ impl PendingStore for MemoryPendingStore {
             let rx = state.receivers.remove(call_id)?;
             // Not expired while its caller waits, nor sooner than its time after the wait.
             if let Some(entry) = state.calls.get_mut(call_id) {
-                let until = Instant::now() + timeout;
+                let until = later(Instant::now(), timeout);
                 entry.waited_until = Some(until);
-                entry.expires = entry.expires.max(until + self.pending_ttl);
+                entry.expires = entry.expires.max(later(until, self.pending_ttl));
             }
             rx
         };
@@ -523,7 +541,7 @@ impl PendingStore for MemoryPendingStore {
                 if let Some(entry) = self.lock().calls.get_mut(call_id) {
                     entry.waiter = None;
                     entry.waited_until = None;
-                    entry.expires = Instant::now() + self.pending_ttl;
+                    entry.expires = later(Instant::now(), self.pending_ttl);
                 }
                 None
             }
@@ -605,7 +623,7 @@ impl PendingStore for MemoryPendingStore {
                 result,
             },
             owner: entry.call.owner,
-            expires: now + self.result_ttl,
+            expires: later(now, self.result_ttl),
         });
         Ok(Delivery::Inbox { run_id })
     }

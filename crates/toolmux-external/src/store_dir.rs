@@ -38,7 +38,7 @@ use crate::journal::Change;
 use crate::store::{
     CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_INBOXES, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL,
     DEFAULT_RESULT_TTL, Delivery, ExternalResult, InboxEntry, NotPending, OPEN_WAITER, PendingCall,
-    PendingStore, except, expired_call, inboxes_full, now_ms, unknown_call,
+    PendingStore, except, expired_call, inboxes_full, later, now_ms, unknown_call,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -477,7 +477,7 @@ impl Inner {
         }
         match stored.waiter {
             Some(w) if !w.claimed && w.until_ms > now => {
-                let until_ms = now.saturating_add(ms(timeout + WAIT_SLACK));
+                let until_ms = now.saturating_add(ms(timeout.saturating_add(WAIT_SLACK)));
                 stored.waiter = Some(Waiter { claimed: true, until_ms });
                 // Its time to live counts from the end of the wait.
                 let after = until_ms.saturating_add(ms(self.pending_ttl));
@@ -923,11 +923,11 @@ impl PendingStore for DirPendingStore {
         if !valid_id(call_id) {
             return None;
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = later(Instant::now(), timeout);
         // The folder's lock is waited for no longer than the wait (to mark the call) or
         // than a moment past it (to take the result or give up): another process holding
         // it must not keep the wait past its caller's time limit.
-        let finish_by = (deadline + FINISH_WAIT).into_std();
+        let finish_by = later(deadline, FINISH_WAIT).into_std();
         let id = call_id.to_owned();
         let until = deadline.into_std();
         match self.blocking(move |inner| inner.claim(&id, timeout, until)).await {
@@ -1031,7 +1031,7 @@ impl PendingStore for DirPendingStore {
         exclude: &[String],
         wait: Duration,
     ) -> Result<Vec<PendingCall>, ToolError> {
-        let deadline = Instant::now() + wait;
+        let deadline = later(Instant::now(), wait);
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);

@@ -564,6 +564,41 @@ async fn times_to_live_past_counting_list_calls_that_never_expire() {
     }
 }
 
+/// `Duration::MAX` as a time to live, a wait or a poll (the longest a `Duration` holds, past
+/// what the clock can add) is taken as for ever, with no overflow: in memory the first
+/// call panicked adding it to the clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_durations_are_for_ever_with_no_overflow() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores: [Store; 2] = [
+        Arc::new(MemoryPendingStore::default().with_ttl(Duration::MAX, Duration::MAX)),
+        Arc::new(DirPendingStore::open(dir.path()).unwrap().with_ttl(Duration::MAX, Duration::MAX)),
+    ];
+    for store in stores {
+        let id = store.open(call("external__confirm", "r", false)).await.unwrap();
+        let listed = store.pending(&[], Duration::MAX).await.unwrap();
+        assert_eq!(listed[0].expires_ms, u64::MAX, "{store:?}");
+        let (waiting, answering) = (store.clone(), store.clone());
+        let waiter = tokio::spawn({
+            let id = id.clone();
+            async move { waiting.wait(&id, Duration::MAX).await }
+        });
+        toolmux_test_support::eventually("the call is waited for", || {
+            let answering = answering.clone();
+            let id = id.clone();
+            async move {
+                let answered = answering.resolve(&id, answer("now")).await;
+                matches!(answered, Ok(Delivery::Waiting))
+            }
+        })
+        .await;
+        assert_eq!(waiter.await.unwrap(), Some(answer("now")), "{store:?}");
+        let id = store.open(call("external__job", "r", true)).await.unwrap();
+        store.resolve(&id, answer("later")).await.unwrap();
+        assert_eq!(store.take_inbox("r", None).await.unwrap()[0].result, answer("later"));
+    }
+}
+
 /// A call whose opening is dropped while it waits for the folder's lock (its caller was
 /// interrupted) is withdrawn once the opening, which goes on on the blocking pool, makes
 /// it: nobody knows its id, so it must not be listed for an answer that reaches an inbox.
