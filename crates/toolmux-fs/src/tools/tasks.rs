@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt as _};
@@ -309,11 +309,33 @@ pub(crate) struct Start<'a> {
 pub(crate) struct Tasks {
     tasks: Mutex<BTreeMap<u64, Arc<Task>>>,
     next: AtomicU64,
+    /// Starts under way: checked against `bash.maxBackground` but not yet among `tasks`.
+    // Invariant: raised only under the `tasks` lock, together with the check of the cap,
+    // and lowered under it when the task goes in (`insert`), so that a check sees every
+    // task that has passed one either here or there, never in both.
+    starting: AtomicUsize,
 }
 
 impl Default for Tasks {
     fn default() -> Self {
-        Tasks { tasks: Mutex::new(BTreeMap::new()), next: AtomicU64::new(1) }
+        Tasks {
+            tasks: Mutex::new(BTreeMap::new()),
+            next: AtomicU64::new(1),
+            starting: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// The place of a start under way among the `bash.maxBackground` running tasks, given up
+/// when the start fails or is dropped, or passed to its task by [`Tasks::insert`].
+#[derive(Debug)]
+struct Slot<'a> {
+    starting: &'a AtomicUsize,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.starting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -364,16 +386,25 @@ impl Tasks {
             start;
         let keep_stdin = keep_stdin || tty;
         let label = program.label();
-        let running = self.lock().values().filter(|t| t.is_running()).count();
-        if running >= config.max_background {
-            return Err(FsError::CommandDenied {
-                command: label,
-                reason: format!(
-                    "{running} background tasks are running, the most `bash.maxBackground` \
-                     allows; stop one with `{namespace}__task_kill` or wait for one to end"
-                ),
-            });
-        }
+        // The place is taken under the same lock as the check: starts under way at once
+        // (each awaits below before its task goes in) count against the cap too.
+        let slot = {
+            let tasks = self.lock();
+            let running = tasks.values().filter(|t| t.is_running()).count()
+                + self.starting.load(Ordering::Relaxed);
+            if running >= config.max_background {
+                return Err(FsError::CommandDenied {
+                    command: label,
+                    reason: format!(
+                        "{running} background tasks are running, the most \
+                         `bash.maxBackground` allows; stop one with `{namespace}__task_kill` \
+                         or wait for one to end"
+                    ),
+                });
+            }
+            self.starting.fetch_add(1, Ordering::Relaxed);
+            Slot { starting: &self.starting }
+        };
         let spawn_error = |source| FsError::Spawn { command: label.clone(), source };
         let pty = if tty { Some(super::pty::Pty::open().map_err(spawn_error)?) } else { None };
         let mark = ProcessMark::new();
@@ -435,7 +466,7 @@ impl Tasks {
         .flatten()
         .collect();
         tokio::spawn(watch(child, task.clone(), readers, pipes, lifetime, checks));
-        self.insert(n, task.clone());
+        self.insert(n, task.clone(), slot);
         let text = format!(
             "started background task `{}` (pid {}), killed after {} unless it ends or is stopped \
              first: `{}`. Read its output with `{namespace}__task_output` \
@@ -469,10 +500,13 @@ impl Tasks {
         Ok(output)
     }
 
-    /// Keeps `task`, forgetting the oldest finished tasks past [`KEEP_FINISHED`].
-    fn insert(&self, n: u64, task: Arc<Task>) {
+    /// Keeps `task`, which takes over `slot`, forgetting the oldest finished tasks past
+    /// [`KEEP_FINISHED`].
+    fn insert(&self, n: u64, task: Arc<Task>, slot: Slot<'_>) {
         let mut tasks = self.lock();
         tasks.insert(n, task);
+        // Under the lock: a check never counts this task both as running and as starting.
+        drop(slot);
         let finished: Vec<u64> =
             tasks.iter().filter(|(_, t)| !t.is_running()).map(|(n, _)| *n).collect();
         for n in finished.iter().take(finished.len().saturating_sub(KEEP_FINISHED)) {

@@ -207,6 +207,34 @@ async fn the_number_of_live_tasks_is_capped() {
 }
 
 #[tokio::test]
+async fn tasks_started_at_once_stay_within_the_cap() {
+    let fx = fixture(|b| BashConfig { max_background: 2, ..b });
+    let begin = || fx.call("bash", json!({"command": "sleep 0.5", "run_in_background": true}));
+    // Each start awaits (the sandbox's look at what is missing) between its check of the
+    // cap and its task's entry: all six are under way at once.
+    let calls = tokio::join!(begin(), begin(), begin(), begin(), begin(), begin());
+    let calls = [calls.0, calls.1, calls.2, calls.3, calls.4, calls.5];
+    let mut started = Vec::new();
+    for call in calls {
+        match call {
+            Ok(out) => started.push(out.extras["taskId"].as_str().expect("an id").to_owned()),
+            Err(e) => assert!(e.report().contains("`bash.maxBackground`"), "{}", e.report()),
+        }
+    }
+    assert_eq!(started.len(), 2, "{started:?}");
+    for id in started {
+        let mut ended = output(&fx, json!({"task_id": id, "block_ms": 5000})).await;
+        while ended.extras["running"] != false {
+            ended = output(&fx, json!({"task_id": id, "block_ms": 5000})).await;
+        }
+    }
+    // The refused starts left no slot taken.
+    let (_a, _, _) = start(&fx, "sleep 0.1").await;
+    let (_b, _, _) = start(&fx, "sleep 0.1").await;
+    fx.fs.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
 async fn a_run_sees_and_stops_only_its_own_tasks() {
     let fx = fixture(|b| b);
     let started = fx
