@@ -497,6 +497,7 @@ impl Agents {
                 budgets: &self.inner.budgets,
                 sub_figures: &self.inner.sub_figures,
                 resume: resume.take(),
+                handed: session::Spent { turns: totals.turns, tokens: totals.usage.total() },
             };
             tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");
             let resuming = session.resume.is_some();

@@ -125,6 +125,16 @@ pub(crate) struct Session<'a> {
     pub(crate) sub_figures: &'a SubFigures,
     /// The decisions a paused run resumes with; `history` is then its conversation.
     pub(crate) resume: Option<&'a Resume>,
+    /// What the run spent before this session, in the agents that handed the task on to
+    /// it: its `maxTurns` and `tokenBudget` count it.
+    pub(crate) handed: Spent,
+}
+
+/// The turns and tokens a run spent.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Spent {
+    pub(crate) turns: u32,
+    pub(crate) tokens: u64,
 }
 
 impl Session<'_> {
@@ -467,7 +477,15 @@ impl Session<'_> {
             }
             figures.turns += 1;
             let sampled = self.handler.used();
-            let spent = figures.usage.total().saturating_add(sampled.total());
+            // The budget and the turn limit are the run's: what the agents that handed
+            // the task on spent counts (reset at each hand-off, agents handing it back
+            // and forth spent a budget each time).
+            let spent = figures
+                .usage
+                .total()
+                .saturating_add(sampled.total())
+                .saturating_add(self.handed.tokens);
+            let turns = figures.turns.saturating_add(self.handed.turns);
             // What is left is the smaller of the agent's own budget and what the agents
             // that called it have left: a sub-agent spends its callers' tokens, and its
             // callers' budgets fall as each answer of any agent below them comes, so that
@@ -487,7 +505,7 @@ impl Session<'_> {
                     "the token budget of the agents that called this one is spent ({spent} used \
                      here)"
                 )),
-                _ if figures.turns >= max_turns => {
+                _ if turns >= max_turns => {
                     Some(format!("the limit of {max_turns} turns is reached"))
                 }
                 // A model that keeps repeating refused calls would do so until the turn

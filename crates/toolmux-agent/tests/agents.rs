@@ -1375,6 +1375,45 @@ async fn hand_offs_back_and_forth_are_stopped() {
     assert!(report.content.contains("handed off 9 times"), "{}", report.content);
 }
 
+/// A model `name` that hands the task to agent `to` whenever it may, and reports
+/// `partial` when only the report is offered (the last turn); 110 tokens an answer.
+fn handing_to(name: &str, to: &'static str) -> ScriptedModel {
+    let mut model = ScriptedModel::new(name);
+    for _ in 0..10 {
+        model = model.then(move |request| {
+            let (tool, arguments) = if tool_names(request) == ["agent__final_report"] {
+                ("agent__final_report", json!({"status": "partial", "content": "stopped"}))
+            } else {
+                ("router__handoff-to", json!({"agent": to}))
+            };
+            Ok(used(ModelResponse::tool_calls(vec![ModelToolCall::new("h", tool, arguments)])))
+        });
+    }
+    model
+}
+
+/// The turn limit and the token budget are the run's: agents handing the task back and
+/// forth stop at them, where each hand-off started both afresh and only the limit of
+/// hand-offs (9 sessions) ended the run.
+#[tokio::test]
+async fn hand_offs_back_and_forth_stop_at_the_run_s_limits() {
+    for (limits, turns) in [
+        (AgentConfig { max_turns: Some(3), ..AgentConfig::default() }, 3),
+        // 110 tokens a turn: 330 spent before the fourth, which is the last.
+        (AgentConfig { token_budget: Some(250), ..AgentConfig::default() }, 4),
+    ] {
+        let mut definitions = one("a", AgentConfig { model: "ping".into(), ..limits.clone() });
+        definitions.agents.insert("b".into(), AgentConfig { model: "pong".into(), ..limits });
+        definitions.router = Some(RouterConfig { destinations: vec!["a".into(), "b".into()] });
+        let models = vec![Arc::new(handing_to("ping", "b")), Arc::new(handing_to("pong", "a"))];
+        let s = setup(definitions, models).await;
+        let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+        assert_eq!(report.status, AgentStatus::Partial, "{report:?}");
+        assert_eq!(report.turns, turns, "{report:?}");
+        assert_eq!(report.handoffs.len(), turns as usize, "{report:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_report_must_match_the_output_schema() {
     let model = Arc::new(
