@@ -1668,7 +1668,7 @@ impl Spaces {
         wait: std::time::Duration,
     ) -> Result<(Option<String>, u64), ToolError> {
         let key = who.key();
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = tokio_later(wait);
         let (mut remote, every) = self.remote_changes().await;
         loop {
             let mut changed = self.changed.subscribe();
@@ -1723,7 +1723,7 @@ impl Spaces {
         limit: usize,
         wait: std::time::Duration,
     ) -> Result<Changes, ToolError> {
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = tokio_later(wait);
         let (mut remote, every) = self.remote_changes().await;
         loop {
             let mut changed = self.changed.subscribe();
@@ -1758,6 +1758,13 @@ fn invalid(tool: &str, message: &str) -> ToolError {
 
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `wait` from now on tokio's clock, without overflow: a wait too long to add (such as
+/// `Duration::MAX`) waits as long as a call kept for good ([`crate::store::FOREVER`]).
+fn tokio_later(wait: std::time::Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(wait).unwrap_or_else(|| now + crate::store::FOREVER)
 }
 
 #[cfg(test)]
@@ -1882,6 +1889,22 @@ mod tests {
         assert_eq!(spaces.context(&a, 5).await.expect("context").unread_count, 0);
         let again = spaces.read(&b, Some("lobby"), Some(2), 1).await.expect("read");
         assert_eq!(again.messages[0].text.as_deref(), Some("three"));
+    }
+
+    /// A wait too long to add to the clock (a library caller's `Duration::MAX`) waits as
+    /// one kept for good: adding it panicked before anything was looked at.
+    #[tokio::test]
+    async fn the_longest_wait_does_not_overflow_the_clock() {
+        let spaces = Spaces::in_memory();
+        let (a, b) = (who("agent:a"), who("agent:b"));
+        spaces.enter(&a, "lobby", 10).await.expect("enter");
+        spaces.enter(&b, "lobby", 10).await.expect("enter");
+        spaces.say(&a, None, "hello", "t", false).await.expect("say");
+        let (space, unread) = spaces.wait_unread(&b, Duration::MAX).await.expect("unread");
+        assert_eq!((space.as_deref(), unread), (Some("lobby"), 1));
+        let changes =
+            spaces.wait_changes(&b, "lobby", 0, 10, Duration::MAX).await.expect("changes");
+        assert!(!changes.messages.is_empty());
     }
 
     /// A caller in no space that speaks, reads, leaves, deletes or calls a visible tool
