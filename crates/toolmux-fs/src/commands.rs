@@ -2,13 +2,14 @@
 //! without an MCP server around it.
 //!
 //! A call runs the program in the project's folder, in its own session and process
-//! group, in the same OS sandbox as `bash` (`fs.bash.sandbox`), with only `PATH`, `HOME`,
-//! `LANG` and the tool's `env`. The call's arguments are written to its stdin as one JSON
+//! group, in the same OS sandbox as `bash` (`fs.bash.sandbox`, with the same paths kept
+//! read-only or hidden: toolmux's own files, other agents', the `protect` and `hide`
+//! lines'), with only `PATH`, `HOME`, `LANG` and the tool's `env`. The call's arguments are written to its stdin as one JSON
 //! object; what it prints on stdout is the result (parsed when `output: json`), and a
 //! non-zero exit is an error result carrying the end of its stderr. Timeouts and cancellation kill the whole
 //! group, and the process is always reaped.
 
-use crate::config::{BashConfig, SandboxConfig};
+use crate::config::{BashConfig, FsConfig};
 use crate::error::FsError;
 use crate::sandbox::Sandbox;
 use crate::tools::shell::{self, Program};
@@ -19,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -103,13 +104,16 @@ pub struct CommandTools {
 }
 
 impl CommandTools {
-    /// The tools of `tools`, run in `dir` (absolute: the project's folder) in the sandbox
-    /// `sandbox` asks for. A tool without a program, a schema that is not an object schema
-    /// or a timeout of 0 is a configuration error naming the tool.
+    /// The tools of `tools`, run in `files.root` (absolute: the project's folder) in the
+    /// sandbox of `bash`'s commands there: `files.bash.sandbox`, keeping from the programs
+    /// what `bash` keeps from its commands (the protected paths, other agents' settings
+    /// unless `protectAgentFiles` is off, what the `protect` and `hide` lines match).
+    /// Binary output is saved in `files.bash.spillDir` when set. A tool without a
+    /// program, a schema that is not an object schema or a timeout of 0 is a configuration
+    /// error naming the tool, as is a folder that cannot be opened.
     pub fn new(
         tools: &BTreeMap<String, CommandToolConfig>,
-        dir: &Path,
-        sandbox: &SandboxConfig,
+        files: &FsConfig,
     ) -> Result<CommandTools, FsError> {
         let mut built = BTreeMap::new();
         for (name, config) in tools {
@@ -154,10 +158,17 @@ impl CommandTools {
                 .with_time_limit(limit + shell::ANSWER_MARGIN);
             built.insert(name.clone(), (spec, config.clone()));
         }
-        let sandbox = Sandbox::new(sandbox, dir, &[])?;
-        // The shell and the environment passed through; the sandbox is `sandbox`'s.
-        let shell = BashConfig::default();
-        Ok(CommandTools { tools: built, dir: dir.to_path_buf(), shell, sandbox })
+        let dir = std::fs::canonicalize(&files.root).map_err(|e| FsError::Config {
+            message: format!(
+                "the folder of the command tools `{}` cannot be opened: {e}",
+                files.root.display()
+            ),
+        })?;
+        let (sandbox, _) = crate::provider::guarded_sandbox(files, &dir)?;
+        // The shell and the environment passed through are the defaults; the sandbox and
+        // the spill directory are `bash`'s.
+        let shell = BashConfig { spill_dir: files.bash.spill_dir.clone(), ..BashConfig::default() };
+        Ok(CommandTools { tools: built, dir, shell, sandbox })
     }
 
     /// Saves binary output in `dir` (`fs.bash.spillDir`), as `bash` does, instead of this
@@ -205,6 +216,8 @@ impl CommandTools {
         let label = program.label();
         let failed = |e: FsError| e.into_tool_error(name);
         let mark = ProcessMark::new();
+        // What the `protect` and `hide` lines match now, for the views (as for `bash`).
+        self.sandbox.find_user_paths(&label).await.map_err(failed)?;
         let mut command =
             shell::command(&self.shell, &self.sandbox, &self.dir, tool, &program, None, &mark)
                 .map_err(failed)?;

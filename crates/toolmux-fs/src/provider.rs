@@ -174,30 +174,43 @@ impl Tool {
     }
 }
 
+/// The sandbox of commands run for `config` beneath `root` (canonical), keeping from them
+/// what the file tools keep from the model: `config`'s protected paths (toolmux's own
+/// files) and, unless `protectAgentFiles` is off, other agents' settings, read-only or
+/// hidden, and what the `protect` and `hide` lines match; with the protection the file
+/// tools check. `bash` and the command tools ([`crate::CommandTools`]) share it.
+pub(crate) fn guarded_sandbox(
+    config: &FsConfig,
+    root: &Path,
+) -> Result<(Sandbox, Protection), FsError> {
+    let mut own = config.protected.clone();
+    if config.protect_agent_files {
+        let agent = |path| ProtectedPath::new(path, ProtectedKind::AgentConfig);
+        own.extend(crate::protect::AGENT_FILES.into_iter().map(agent));
+    }
+    let protection =
+        Protection::new(root, &own, &config.protect)?.with_hidden(root, &config.hide)?;
+    let protected: Vec<_> = own
+        .iter()
+        .map(|p| crate::sandbox::ServerPath {
+            path: crate::protect::resolve_ambient(&root.join(&p.path)),
+            hidden: !p.kind.readable(),
+            folder: p.kind == ProtectedKind::OutputDir,
+        })
+        .collect();
+    let (protect, hide) = (protection.protect_globs().clone(), protection.hidden_globs().clone());
+    let sandbox =
+        Sandbox::new(&config.bash.sandbox, root, &protected)?.with_user_globs(root, protect, hide);
+    Ok((sandbox, protection))
+}
+
 impl FsProvider {
     /// The tools configured by `config`, in namespace `fs`. Fails when the root is not an
     /// absolute path to a directory.
     pub fn new(config: FsConfig) -> Result<FsProvider, FsError> {
         let workspace = Workspace::open(&config.root)?;
-        let mut own = config.protected.clone();
-        if config.protect_agent_files {
-            let agent = |path| ProtectedPath::new(path, ProtectedKind::AgentConfig);
-            own.extend(crate::protect::AGENT_FILES.into_iter().map(agent));
-        }
-        let protection = Protection::new(workspace.root(), &own, &config.protect)?
-            .with_hidden(workspace.root(), &config.hide)?;
-        let user_globs = (protection.protect_globs().clone(), protection.hidden_globs().clone());
+        let (sandbox, protection) = guarded_sandbox(&config, workspace.root())?;
         let workspace = workspace.with_protection(protection);
-        let protected: Vec<_> = own
-            .iter()
-            .map(|p| crate::sandbox::ServerPath {
-                path: crate::protect::resolve_ambient(&workspace.root().join(&p.path)),
-                hidden: !p.kind.readable(),
-                folder: p.kind == ProtectedKind::OutputDir,
-            })
-            .collect();
-        let sandbox = Sandbox::new(&config.bash.sandbox, workspace.root(), &protected)?
-            .with_user_globs(workspace.root(), user_globs.0, user_globs.1);
         let own =
             Duration::from_millis(config.bash.max_timeout_ms.max(config.bash.default_timeout_ms));
         let specs = ALL

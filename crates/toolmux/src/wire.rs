@@ -265,19 +265,13 @@ impl Toolmux {
         }
         #[cfg(feature = "fs")]
         if !loaded.config.command_tools.is_empty() && keep(toolmux_fs::COMMANDS_NAMESPACE) {
-            let sandbox =
-                loaded.config.fs.as_ref().map(|fs| fs.bash.sandbox.clone()).unwrap_or_default();
-            let mut tools = toolmux_fs::CommandTools::new(
-                &loaded.config.command_tools,
-                &loaded.base_dir,
-                &sandbox,
-            )
-            .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
-            // Binary output is saved where bash saves its own.
-            let spill_dir = loaded.config.fs.as_ref().and_then(|fs| fs.bash.spill_dir.as_deref());
-            if let Some(dir) = spill_dir {
-                tools = tools.with_spill_dir(loaded.resolve(dir));
-            }
+            // In the project's folder, kept from what `fs__bash`'s commands are kept from,
+            // saving binary output where bash saves its own.
+            let default = crate::config::FsSection::default();
+            let fs = loaded.config.fs.as_ref().unwrap_or(&default);
+            let files = guarded_files(loaded, fs, loaded.base_dir.clone());
+            let tools = toolmux_fs::CommandTools::new(&loaded.config.command_tools, &files)
+                .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
             providers.push(Arc::new(tools));
         }
         #[cfg(feature = "mcp")]
@@ -888,11 +882,8 @@ fn fs_provider(
     response_max: usize,
 ) -> Result<Arc<dyn ToolProvider>, ToolmuxError> {
     let root = fs.root.as_deref().map_or_else(|| loaded.base_dir.clone(), |r| loaded.resolve(r));
-    let mut bash = fs.bash.clone();
-    bash.spill_dir = bash.spill_dir.map(|d| loaded.resolve(&d));
-    let config = toolmux_fs::FsConfig::new(root)
+    let config = guarded_files(loaded, fs, root)
         .with_permissions(fs.permissions.iter().copied())
-        .with_bash(bash)
         .with_limits(toolmux_fs::FsLimits {
             // A cap too small for any useful page leaves pages as they are (stored whole).
             read_page_bytes: if response_max > 2 * READ_PAGE_ROOM {
@@ -901,14 +892,30 @@ fn fs_provider(
                 fs.limits.read_page_bytes
             },
             ..fs.limits.clone()
-        })
-        .with_protect(fs.protect.iter().cloned())
-        .with_agent_files_protected(fs.protect_agent_files)
-        .with_hide(fs.hide.iter().cloned().chain(denied_reads(&loaded.config.permissions.deny)));
-    let config = own_files(loaded).into_iter().fold(config, |c, p| c.with_protected(p));
+        });
     let provider = toolmux_fs::FsProvider::new(config)
         .map_err(|e| ToolmuxError::config(loaded.source_name(), e.to_string()))?;
     Ok(Arc::new(provider))
+}
+
+/// The files at `root` as `fs` configures them for commands: `bash` (its spill directory
+/// resolved), the `protect` and `hide` lines (with the paths `permissions.deny` keeps from
+/// reading), other agents' settings and toolmux's own files. `fs__bash` and the command
+/// tools both keep their programs from these.
+#[cfg(feature = "fs")]
+fn guarded_files(
+    loaded: &Loaded,
+    fs: &crate::config::FsSection,
+    root: PathBuf,
+) -> toolmux_fs::FsConfig {
+    let mut bash = fs.bash.clone();
+    bash.spill_dir = bash.spill_dir.map(|d| loaded.resolve(&d));
+    let config = toolmux_fs::FsConfig::new(root)
+        .with_bash(bash)
+        .with_protect(fs.protect.iter().cloned())
+        .with_agent_files_protected(fs.protect_agent_files)
+        .with_hide(fs.hide.iter().cloned().chain(denied_reads(&loaded.config.permissions.deny)));
+    own_files(loaded).into_iter().fold(config, |c, p| c.with_protected(p))
 }
 
 /// The paths of `permissions.deny` rules on reading files (`fs__read(secrets/**)`,

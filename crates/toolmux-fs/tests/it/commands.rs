@@ -3,7 +3,7 @@
 use serde_json::json;
 use std::collections::BTreeMap;
 use toolmux_core::{CallContext, ToolProvider as _};
-use toolmux_fs::{CommandLine, CommandToolConfig, CommandTools, SandboxConfig};
+use toolmux_fs::{CommandLine, CommandToolConfig, CommandTools, FsConfig};
 
 /// A script that writes its result through a process substitution (`exec > >(tee -a
 /// log)`, to log its answers) answers with it: the group was killed as soon as the script
@@ -18,7 +18,7 @@ async fn a_result_written_through_a_process_substitution_is_kept() {
         ..CommandToolConfig::default()
     };
     let tools = BTreeMap::from([("upper".to_owned(), config)]);
-    let tools = CommandTools::new(&tools, dir.path(), &SandboxConfig::default()).unwrap();
+    let tools = CommandTools::new(&tools, &FsConfig::new(dir.path())).unwrap();
     // It was lost in about half the runs: ten make the loss all but certain.
     for _ in 0..10 {
         let out = tools.call("upper", json!({"word": "hello"}), &CallContext::new()).await;
@@ -36,7 +36,7 @@ fn command_tool(script: &str) -> (tempfile::TempDir, CommandTools) {
         ..CommandToolConfig::default()
     };
     let tools = BTreeMap::from([("print".to_owned(), config)]);
-    let tools = CommandTools::new(&tools, dir.path(), &SandboxConfig::default()).unwrap();
+    let tools = CommandTools::new(&tools, &FsConfig::new(dir.path())).unwrap();
     (dir, tools)
 }
 

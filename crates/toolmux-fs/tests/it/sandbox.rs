@@ -10,11 +10,12 @@
 //! nothing about the sandbox.
 
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use toolmux_core::{CallContext, ToolOutput, ToolProvider as _};
 use toolmux_fs::{
-    BashConfig, FsConfig, FsProvider, Permission, ProtectedKind, ProtectedPath, SandboxConfig,
-    SandboxMode,
+    BashConfig, CommandLine, CommandToolConfig, CommandTools, FsConfig, FsProvider, Permission,
+    ProtectedKind, ProtectedPath, SandboxConfig, SandboxMode,
 };
 
 /// A workspace root and a directory outside every root the sandbox allows by default
@@ -656,6 +657,50 @@ async fn the_users_protect_and_hide_lines_reach_commands() {
     // The rest of the root is the command's to write.
     let text = run("echo ok > app/main.txt && cat app/main.txt").await;
     assert!(text.starts_with("exit code 0") && text.contains("ok"), "{text}");
+}
+
+/// The command tools (`commandTools`) keep from their programs what `bash` keeps from its
+/// commands: the `hide` lines' files are not there for them, the `protect` lines' and
+/// toolmux's own files are read-only. Their sandbox was built without either, so a command
+/// tool read and rewrote what `bash` could not.
+#[tokio::test]
+async fn command_tools_are_kept_from_what_bash_is_kept_from() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    for (path, text) in
+        [(".env", "KEY=1\n"), ("secrets/prod.key", "private\n"), ("toolmux.yaml", "fs: {}\n")]
+    {
+        let at = root.join(path);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(at, text).unwrap();
+    }
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_protect([".env"])
+        .with_hide(["secrets/"])
+        .with_protected(ProtectedPath::new("toolmux.yaml", ProtectedKind::Configuration));
+    let script = "cat secrets/prod.key; echo evil >> .env; echo evil >> toolmux.yaml; echo done";
+    let tool = CommandToolConfig {
+        description: "tries".into(),
+        command: CommandLine::Shell(script.into()),
+        ..CommandToolConfig::default()
+    };
+    let tools = CommandTools::new(&BTreeMap::from([("try".to_owned(), tool)]), &config).unwrap();
+    let fs = FsProvider::new(config).unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    let out = fs.call("bash", json!({"command": script}), &CallContext::new()).await;
+    let by_bash = out.unwrap().to_text();
+    let out = tools.call("try", json!({}), &CallContext::new()).await.unwrap();
+    let by_tool = out.to_text();
+    for text in [&by_bash, &by_tool] {
+        assert!(text.contains("done") && !text.contains("private"), "{text}");
+    }
+    assert_eq!(std::fs::read_to_string(root.join(".env")).unwrap(), "KEY=1\n");
+    assert_eq!(std::fs::read_to_string(root.join("toolmux.yaml")).unwrap(), "fs: {}\n");
+    assert_eq!(std::fs::read_to_string(root.join("secrets/prod.key")).unwrap(), "private\n");
 }
 
 /// In mode `readOnly` nothing beneath the root is writable, but what the `hide` lines name
