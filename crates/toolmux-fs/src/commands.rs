@@ -47,7 +47,7 @@ pub struct CommandToolConfig {
     /// What the tool does, for the model.
     pub description: String,
     /// The program: a list (`["python3", "scripts/price.py"]`, run without a shell) or a
-    /// string (a `sh -c` command line). Relative paths are the project folder's.
+    /// string (a `bash -c` command line). Relative paths are the project folder's.
     pub command: CommandLine,
     /// The JSON Schema of the arguments (default: any object).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -74,7 +74,7 @@ pub struct CommandToolConfig {
 pub enum CommandLine {
     /// Run without a shell.
     Argv(Vec<String>),
-    /// Run with `sh -c`.
+    /// Run with `bash -c`.
     Shell(String),
 }
 
