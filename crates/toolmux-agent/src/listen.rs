@@ -169,15 +169,27 @@ impl Agents {
     /// One cycle on `task`. What woke the agent was taken from its inbox and space when the
     /// run began: a run its model failed (an outage, a timeout) is tried again on the same
     /// conversation, after 2 s and then twice as long, up to [`CYCLE_ATTEMPTS`] times, so
-    /// that what arrived is not lost.
+    /// that what arrived is not lost. Credentials the model's API refused are not tried
+    /// again: listening stops with an error saying so, since every cycle would fail alike.
     async fn cycle(
         &self,
         name: &str,
         task: &str,
         ctx: &CallContext,
     ) -> Result<AgentReport, AgentError> {
+        let credentials = |report: &mut AgentReport| match report.credentials_refused.take() {
+            Some(error) => Err(AgentError::Config {
+                agent: name.to_owned(),
+                message: format!(
+                    "{error}; listening stops, as every cycle would be refused alike: check \
+                     the model's `apiKey` (or its `headers`)"
+                ),
+            }),
+            None => Ok(()),
+        };
         let options = RunOptions { transcript: true, ..RunOptions::default() };
         let mut report = self.run_with(name, task, ctx, &options).await?;
+        credentials(&mut report)?;
         let mut wait = Duration::from_secs(2);
         for _ in 1..CYCLE_ATTEMPTS {
             if !report.model_failed || ctx.is_cancelled() {
@@ -204,6 +216,7 @@ impl Agents {
                     &again,
                 )
                 .await?;
+            credentials(&mut report)?;
             report.turns += turns;
             report.tool_calls += calls;
             report.refused_calls += refused;

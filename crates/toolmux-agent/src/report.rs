@@ -104,6 +104,10 @@ pub struct AgentReport {
     /// anything the agent did: worth trying again (`agent listen` does).
     #[serde(skip)]
     pub(crate) model_failed: bool,
+    /// The model's API refused its credentials (401 or 403), said in words: trying again
+    /// would be refused alike.
+    #[serde(skip)]
+    pub(crate) credentials_refused: Option<String>,
 }
 
 impl AgentReport {
@@ -176,6 +180,7 @@ impl AgentReport {
             task: None,
             run_id: None,
             model_failed: false,
+            credentials_refused: None,
         }
     }
 

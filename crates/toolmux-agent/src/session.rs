@@ -655,6 +655,9 @@ impl Session<'_> {
                     };
                     let mut report = self.failed(&figures, why);
                     report.model_failed = true;
+                    if matches!(e, ModelError::Auth { .. }) {
+                        report.credentials_refused = Some(e.to_string());
+                    }
                     break SessionEnd::Report(report);
                 }
             };

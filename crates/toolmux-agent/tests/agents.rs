@@ -2320,6 +2320,54 @@ async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
     assert!(refused.unwrap_err().to_string().contains("nothing can wake a listening agent"));
 }
 
+/// Credentials the model's API refuses stop a listening agent with an error naming them,
+/// where the cycle was tried again as after an outage, each time refused alike.
+#[tokio::test(start_paused = true)]
+async fn a_listening_agent_whose_credentials_are_refused_stops_saying_so() {
+    use toolmux_agent::ListenOptions;
+    use toolmux_external::{ExternalResult, PendingCall, PendingStore};
+    let (store, external) = async_external("build", "Starts a build");
+    let mut model = ScriptedModel::new("m");
+    for _ in 0..4 {
+        model = model.then(|_| {
+            Err(ModelError::Auth {
+                model: "m".into(),
+                status: 401,
+                message: "Incorrect API key provided".into(),
+            })
+        });
+    }
+    let model = Arc::new(model);
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
+    let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
+    let call = PendingCall {
+        call_id: String::new(),
+        tool: "external__build".into(),
+        arguments: json!({}),
+        run_id: "listening".into(),
+        owner: None,
+        execution_type: toolmux_external::ExecutionType::External,
+        is_async: true,
+        visible: false,
+        created_ms: 0,
+        status: Default::default(),
+        expires_ms: 0,
+    };
+    let id = store.open(call).await.unwrap();
+    let result = ExternalResult { result: json!("build 42 is green"), is_error: false };
+    store.resolve(&id, result).await.unwrap();
+    let ctx = CallContext::new().with_run_id("listening");
+    let options = ListenOptions { max_cycles: Some(1), ..ListenOptions::default() };
+    let ended = agents.listen("a", &ctx, &options, |r| panic!("no report: {r:?}")).await;
+    let error = ended.unwrap_err().to_string();
+    assert!(
+        error.contains("refused the credentials (HTTP 401)") && error.contains("`apiKey`"),
+        "{error}"
+    );
+    assert_eq!(model.requests().len(), 1);
+    orchestrator.cleanup().await;
+}
+
 /// A listening agent given more results than the size cap holds gets them all, over
 /// cycles: each cycle works on what fits, the rest wake the next. Before, the inbox's
 /// answer was stored for its size and every result it held was lost.
