@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use rmcp::model::{ClientCapabilities, InputRequest, InputRequests, RequestStateCodec};
 use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
+use sha2::Digest as _;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -92,6 +93,9 @@ pub(crate) struct ClientInteraction {
     task: Option<Arc<TaskEntry>>,
     /// The first need the client did not declare, when a request failed for it.
     missing: Mutex<Option<Need>>,
+    /// How many approvals this run asked per tool and arguments, to key identical
+    /// repeats apart (see [`approval_key`]).
+    approvals: Mutex<BTreeMap<String, usize>>,
 }
 
 impl ClientInteraction {
@@ -100,7 +104,14 @@ impl ClientInteraction {
         peer: Peer<RoleServer>,
         capabilities: Option<Arc<ClientCapabilities>>,
     ) -> Self {
-        ClientInteraction { peer, capabilities, round: None, task: None, missing: Mutex::new(None) }
+        ClientInteraction {
+            peer,
+            capabilities,
+            round: None,
+            task: None,
+            missing: Mutex::new(None),
+            approvals: Mutex::default(),
+        }
     }
 
     /// For a call run as task `task`: requests wait in the task until `tasks/update`
@@ -116,6 +127,7 @@ impl ClientInteraction {
             round: None,
             task: Some(task),
             missing: Mutex::new(None),
+            approvals: Mutex::default(),
         }
     }
 
@@ -131,12 +143,37 @@ impl ClientInteraction {
             round: Some(round),
             task: None,
             missing: Mutex::new(None),
+            approvals: Mutex::default(),
         }
     }
 
     /// The first need the client did not declare, if a request failed for that reason.
     pub(crate) fn missing(&self) -> Option<Need> {
         *self.missing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The key of an approval's question: the tool, a digest of its arguments and, for
+    /// the second and later approval of the same call in this run, its ordinal. A
+    /// stateless round's answer is found by key on the next run, so the key must name
+    /// this one call: an "allow" given for one set of arguments must not allow another,
+    /// nor answer a second approval of the same arguments.
+    fn approval_key(&self, request: &ApprovalRequest) -> String {
+        let digest = sha2::Sha256::digest(request.arguments.to_string().as_bytes());
+        let mut key = format!("approve:{}:", request.tool);
+        for byte in &digest[..8] {
+            key.push_str(&format!("{byte:02x}"));
+        }
+        if self.round.is_none() && self.task.is_none() {
+            // Asked of the client directly: no key finds an answer.
+            return key;
+        }
+        let mut approvals = self.approvals.lock().unwrap_or_else(|e| e.into_inner());
+        let asked = approvals.entry(key.clone()).or_default();
+        *asked += 1;
+        if *asked > 1 {
+            key.push_str(&format!("#{asked}"));
+        }
+        key
     }
 
     fn check(&self, need: Need) -> Result<(), ToolError> {
@@ -207,7 +244,7 @@ impl InteractionHandler for ClientInteraction {
                 "required": ["allow"],
             }),
         )
-        .with_key(format!("approve:{}", request.tool));
+        .with_key(self.approval_key(&request));
         match self.elicit(question).await {
             Ok(answer) => {
                 let allowed = answer

@@ -774,3 +774,85 @@ async fn a_key_holder_hears_only_of_changes_to_its_own_lists() {
     }
     server.stop().await;
 }
+
+/// A raw stateless `tools/call` of `tool` with `arguments` from a client that offers
+/// elicitation, `params`' entries (`requestState`, `inputResponses`) added to the request;
+/// returns the JSON-RPC result.
+async fn stateless_round(url: &str, tool: &str, arguments: Value, params: Value) -> Value {
+    let mut body = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {
+            "name": tool,
+            "arguments": arguments,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}
+            }
+        }
+    });
+    for (key, value) in params.as_object().expect("params entries as an object") {
+        body["params"][key] = value.clone();
+    }
+    crate::support::install_crypto();
+    let request = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool);
+    let response = within(request.body(body.to_string()).send()).await.expect("response");
+    let text = within(response.text()).await.expect("body");
+    let answer = sse_messages(&text)
+        .pop()
+        .unwrap_or_else(|| serde_json::from_str(&text).expect("a JSON-RPC answer"));
+    answer.get("result").cloned().unwrap_or_else(|| panic!("a result: {answer}"))
+}
+
+/// In a stateless round an approval's question names the call it approves: a tool that
+/// asks to approve `fs__write` of `/tmp/a`, then of `~/.bashrc` twice, is asked each
+/// time in turn, not allowed all three by the first answer (all were asked under
+/// `approve:fs__write`, so the next run found the answer to the first).
+#[tokio::test]
+async fn a_stateless_approval_answers_only_the_call_it_was_asked_for() {
+    use toolmux_core::{ApprovalDecision, ApprovalRequest, ToolKind, ToolOutput, ToolSet};
+    let paths = ["/tmp/a", "~/.bashrc", "~/.bashrc"];
+    let approve = |path: &str| ApprovalRequest {
+        tool: "fs__write".into(),
+        arguments: json!({"path": path}),
+        reason: "ask".into(),
+        scope: None,
+        call_id: None,
+    };
+    let tools = ToolSet::new("t", ToolKind::Builtin).with_tool(
+        ToolSpec::new("write", "Asks to approve three writes", json!({"type": "object"})),
+        move |_, ctx: toolmux_core::CallContext| async move {
+            let handler = ctx.handler().expect("an interaction handler").clone();
+            let mut allowed = Vec::new();
+            for path in paths {
+                let decision = handler.approve(approve(path)).await;
+                allowed.push(format!("{path}: {}", decision == ApprovalDecision::Allow));
+            }
+            Ok(ToolOutput::text(allowed.join(", ")))
+        },
+    );
+    let server = HttpServer::start(Arc::new(tools), ServeOptions::default()).await;
+    let allow = json!({"action": "accept", "content": {"allow": true}});
+    let (mut params, mut keys) = (json!({}), Vec::new());
+    for path in paths {
+        let result = stateless_round(&server.url(), "write", json!({}), params).await;
+        assert_eq!(result["resultType"], "input_required", "{path}: {result}");
+        let asked = result["inputRequests"].as_object().expect("input requests");
+        assert_eq!(asked.len(), 1, "{result}");
+        let (key, question) = asked.iter().next().expect("one question");
+        assert!(question.to_string().contains(path), "{path}: {question}");
+        assert!(!keys.contains(key), "{key} was answered before: {result}");
+        keys.push(key.clone());
+        params = json!({"requestState": result["requestState"], "inputResponses": {key: allow}});
+    }
+    let result = stateless_round(&server.url(), "write", json!({}), params).await;
+    let text = "/tmp/a: true, ~/.bashrc: true, ~/.bashrc: true";
+    assert_eq!(result["content"][0]["text"], text, "{result}");
+    server.stop().await;
+}
