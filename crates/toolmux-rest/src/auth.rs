@@ -256,6 +256,14 @@ impl Auth {
             .as_deref()
             .or(token_url)
             .ok_or_else(|| fail("no token URL".into()))?;
+        if !url.contains("://") {
+            // The document's relative `tokenUrl` was resolved against the API's server at
+            // import; a configured one has nothing to resolve against.
+            return Err(fail(format!(
+                "the token URL `{url}` is not absolute: set `auth.{scheme}.tokenUrl` in the \
+                 import to a full URL"
+            )));
+        }
         let mut form = vec![("grant_type", "client_credentials".to_owned())];
         if !scopes.is_empty() {
             form.push(("scope", scopes.join(" ")));

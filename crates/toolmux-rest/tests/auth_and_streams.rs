@@ -680,3 +680,59 @@ async fn a_fetched_token_is_redacted_from_everything_the_provider_returns() {
         assert!(shown.contains("Bearer REDACTED"), "{tool}: {shown}");
     }
 }
+
+/// A relative `tokenUrl` resolves against the API's server, not against where the document
+/// was read from: a document served by one host (a documentation site) whose `servers`
+/// name another has the client's secret sent to the API's host only.
+#[tokio::test]
+async fn a_relative_token_url_resolves_against_the_server_not_the_documents_host() {
+    let server = token_server(3600, false).await;
+    let mut document = secured_document(&server.base);
+    document["components"]["securitySchemes"]["oauth"]["flows"]["clientCredentials"]["tokenUrl"] =
+        json!("/token");
+    let docs_host_saw: Arc<Mutex<Vec<String>>> = Arc::default();
+    let saw = docs_host_saw.clone();
+    let docs_host = serve(move |seen| {
+        saw.lock().unwrap().push(seen.request_line().to_owned());
+        if seen.request_line().starts_with("GET /spec.json ") {
+            Reply::json(200, document.clone())
+        } else {
+            Reply::json(200, json!({"access_token": "stolen", "expires_in": 3600}))
+        }
+    })
+    .await;
+    let config = OpenApiConfig {
+        url: Some(format!("{docs_host}/spec.json")),
+        auth: credentials(),
+        timeout_ms: Some(10_000),
+        ..OpenApiConfig::default()
+    };
+    let provider = RestProvider::openapi("secured", &config).await.unwrap();
+    assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-1");
+    assert_eq!(server.token_requests.load(Ordering::SeqCst), 1);
+    assert_eq!(*docs_host_saw.lock().unwrap(), ["GET /spec.json HTTP/1.1"]);
+}
+
+/// A document from a file (or given as text) with a relative `tokenUrl` takes it relative
+/// to the configured `baseUrl`; without any absolute server the call says to set one.
+#[tokio::test]
+async fn a_relative_token_url_of_a_file_document_resolves_against_the_base_url() {
+    let server = token_server(3600, false).await;
+    let mut document = secured_document("/api");
+    document["components"]["securitySchemes"]["oauth"]["flows"]["clientCredentials"]["tokenUrl"] =
+        json!("/token");
+    let config = OpenApiConfig {
+        base_url: Some(server.base.clone()),
+        auth: credentials(),
+        ..OpenApiConfig::default()
+    };
+    let provider =
+        RestProvider::openapi_from_value("s", document.clone(), "s.json", &config).unwrap();
+    assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-1");
+
+    let config = OpenApiConfig { auth: credentials(), ..OpenApiConfig::default() };
+    let provider = RestProvider::openapi_from_value("s", document, "s.json", &config).unwrap();
+    let error = provider.call("oauth", json!({}), &CallContext::new()).await.unwrap_err();
+    let shown = error.to_string();
+    assert!(shown.contains("set `baseUrl`"), "{shown}");
+}

@@ -36,7 +36,8 @@ pub(crate) fn import(
     // Operations left out because their part of the document is broken, with the first
     // reason: the import fails only when nothing else was usable.
     let mut left_out: Vec<RestError> = Vec::new();
-    let auth = crate::auth::Auth::new(security_schemes(doc, &mut warnings), config.auth.clone());
+    let auth =
+        crate::auth::Auth::new(security_schemes(doc, config, &mut warnings), config.auth.clone());
     let empty = Map::new();
     let paths = doc.root.get("paths").and_then(Value::as_object).unwrap_or(&empty);
     for (path, item) in paths {
@@ -1467,7 +1468,8 @@ fn expand_server(
     Ok(url)
 }
 
-/// Resolves a relative server URL against the URL the document came from.
+/// Resolves a relative server URL against the URL the document came from (OpenAPI's rule
+/// for the Server Object's own URL).
 fn absolute(doc: &Document, url: &str) -> String {
     if url.contains("://") {
         return url.to_owned();
@@ -1526,10 +1528,31 @@ fn requirement_scopes(doc: &Document, op: &Value) -> BTreeMap<String, Vec<String
     scopes
 }
 
+/// `url` (a security scheme's `tokenUrl`) made absolute: OpenAPI resolves a relative URL
+/// in a security scheme against the API's server (the configured `baseUrl`, else the
+/// document's first server), never against where the document was read from, which may be
+/// a documentation host that must not see the client's secret. The server is taken as a
+/// folder (`token` beside `https://h/v1` is `https://h/v1/token`). Without an absolute
+/// server the URL stays relative, and a token request says how to give one.
+fn token_url(url: &str, server: Option<&str>) -> String {
+    if url.contains("://") {
+        return url.to_owned();
+    }
+    let Some(server) = server.and_then(|s| reqwest::Url::parse(&format!("{s}/")).ok()) else {
+        return url.to_owned();
+    };
+    server.join(url).map_or_else(|_| url.to_owned(), |u| u.as_str().to_owned())
+}
+
 fn security_schemes(
     doc: &Document,
+    config: &OpenApiConfig,
     warnings: &mut Vec<String>,
 ) -> BTreeMap<String, SecurityScheme> {
+    // The server relative token URLs resolve against: the document's own (a broken one is
+    // reported by the operations using it), with the configured `baseUrl` first.
+    let root = [(&doc.root, ""), (&doc.root, ""), (&doc.root, "")];
+    let server = server_url(doc, root, config).ok().flatten().filter(|s| s.contains("://"));
     let schemes = if doc.version == Version::Swagger2 {
         doc.root.get("securityDefinitions")
     } else {
@@ -1573,7 +1596,7 @@ fn security_schemes(
                         token_url: flow
                             .get("tokenUrl")
                             .and_then(Value::as_str)
-                            .map(|u| absolute(doc, u)),
+                            .map(|u| token_url(u, server.as_deref())),
                         scopes: Vec::new(),
                     },
                     None => SecurityScheme::Unsupported {
