@@ -787,6 +787,11 @@ impl KeyRule {
         }
     }
 
+    /// Whether the server listens on HTTP (`serve --http`), where keys and tokens count.
+    pub(crate) fn serves_http(&self) -> bool {
+        self.http.is_some()
+    }
+
     /// The API keys of `serve --http`: `serve.apiKeys` and `--api-key-env`. Without any,
     /// only a loopback address is served, unless `--no-auth`.
     pub(crate) fn keys(&self, loaded: &Loaded) -> Result<Vec<ApiKey>, String> {
@@ -968,6 +973,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
                 accepted: api_keys,
                 rule: key_rule,
                 holder_tools: holder_tools.clone(),
+                oauth: loaded.config.serve.oauth.clone(),
             };
             tokio::spawn(crate::reload::watch(
                 source,

@@ -8,7 +8,8 @@
 //! and the old one is shut down once its calls in flight have ended (at most after
 //! [`DRAIN`]). MCP servers whose configuration did not change are taken over running, not
 //! restarted, and external calls waiting for results stay answerable. The API keys of
-//! `serve.apiKeys` are replaced with the new ones from the next request on. Statistics
+//! `serve.apiKeys` are replaced with the new ones from the next request on; a change of
+//! `serve.oauth`, read only at the start, is refused (restart to change it). Statistics
 //! carry over; the listening address and the serve options of the command line stay as
 //! they were started.
 
@@ -278,6 +279,9 @@ pub(crate) struct Keys {
     pub(crate) rule: crate::commands::KeyRule,
     /// `serve.holderTools`, replaced with the keys.
     pub(crate) holder_tools: crate::commands::HolderToolsMap,
+    /// `serve.oauth` as the server started with it: its verifier is not replaced, so a
+    /// configuration with another one is refused.
+    pub(crate) oauth: Option<toolmux::toolmux_mcp::server::ResourceServerConfig>,
 }
 
 /// The files a configuration was read from, and how to read them again.
@@ -406,6 +410,17 @@ pub(crate) async fn watch(
                 continue;
             }
         };
+        // The authorization server's verifier is made once, at the start: a changed
+        // `serve.oauth` would not be used (and one added in place of the API keys would
+        // leave the gateway open to everyone), so it is refused.
+        if keys.rule.serves_http() && loaded.config.serve.oauth != keys.oauth {
+            eprintln!(
+                "error: {shown} changed but cannot be used: serve.oauth differs from the one \
+                 toolmux serve started with, and it is read only at the start; restart toolmux \
+                 serve to change serve.oauth; still serving the previous configuration"
+            );
+            continue;
+        }
         // Checked before anything starts: a file whose keys cannot be used (a key too short,
         // none left on an address others reach) changes nothing.
         let api_keys = match keys.rule.keys(&loaded) {

@@ -1500,3 +1500,121 @@ fn watch_reports_a_fifo_in_place_of_the_configuration_and_goes_on() {
     assert_eq!(status.code(), Some(0), "{url}");
     reader.join().expect("stderr reader");
 }
+
+/// A gateway whose stderr is read as it comes, for tests that wait for what it says (a
+/// reload); killed should the test fail before it is stopped.
+struct Followed {
+    child: Option<std::process::Child>,
+    lines: std::sync::mpsc::Receiver<String>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    /// Everything read so far.
+    seen: String,
+    url: String,
+}
+
+impl Followed {
+    fn of(gateway: HttpGateway) -> Followed {
+        let HttpGateway { child, stderr, url } = gateway;
+        let (sender, lines) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut stderr = stderr;
+            let mut line = String::new();
+            while stderr.read_line(&mut line).unwrap_or(0) > 0 {
+                // The test may have stopped listening.
+                let _ = sender.send(std::mem::take(&mut line));
+            }
+        });
+        Followed { child: Some(child), lines, reader: Some(reader), seen: String::new(), url }
+    }
+
+    /// Waits (30 s at most) until stderr has said `text`; what it said after the previous
+    /// wait.
+    fn wait_for(&mut self, text: &str) -> String {
+        self.wait_for_any(&[text])
+    }
+
+    /// Waits (30 s at most) until stderr has said one of `texts`; what it said after the
+    /// previous wait.
+    fn wait_for_any(&mut self, texts: &[&str]) -> String {
+        let from = self.seen.len();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !texts.iter().any(|text| self.seen[from..].contains(text)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push_str(&line),
+                Err(_) => panic!("none of {texts:?} within 30 s; stderr:\n{}", self.seen),
+            }
+        }
+        self.seen[from..].to_owned()
+    }
+
+    /// SIGTERM, then the exit code and all of stderr.
+    fn stop(mut self) -> (i32, String) {
+        let mut child = self.child.take().expect("running");
+        let terminated = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(terminated.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("toolmux serve did not stop within 30 s; stderr:\n{}", self.seen);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("stderr reader");
+        }
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push_str(&line);
+        }
+        (status.code().unwrap_or(-1), std::mem::take(&mut self.seen))
+    }
+}
+
+impl Drop for Followed {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `serve --http --watch` refuses a file whose `serve.oauth` is not the one it started
+/// with, keeping the previous configuration: the token verifier is made only at the start,
+/// so a file going from `serve.apiKeys` to `serve.oauth` was taken, emptied the accepted
+/// keys, and let every request in without credentials.
+#[test]
+fn watch_refuses_a_change_of_serve_oauth() {
+    let project = Project::new().env("CI_KEY", KEY);
+    project.file("toolmux.yaml", "fs: {}\nserve:\n  apiKeys:\n    ci: ${CI_KEY}\n");
+    let mut gateway = Followed::of(serve_http_with(&project, &["--watch"]));
+    assert_eq!(raw_post(&gateway.url, None).0, 401);
+    project.file(
+        "toolmux.yaml",
+        "fs: {}\nserve:\n  oauth:\n    issuer: http://127.0.0.1:9/issuer\n    \
+         resource: http://127.0.0.1:9/mcp\n",
+    );
+    let said =
+        gateway.wait_for_any(&["still serving the previous configuration", "toolmux: reloaded"]);
+    let (status, response) = raw_post(&gateway.url, None);
+    assert_eq!(status, 401, "no credentials, still refused: {response}\n{said}");
+    assert!(
+        said.contains("serve.oauth") && said.contains("restart toolmux serve"),
+        "says why and what to do: {said}"
+    );
+    let (status, response) = raw_post(&gateway.url, Some(&format!("Bearer {KEY}")));
+    assert_eq!(status, 200, "the key it started with still works: {response}");
+    // A file that leaves serve.oauth as it was is taken.
+    project.file("toolmux.yaml", "fs: {}\nserve:\n  apiKeys:\n    ci: ${CI_KEY}\n# again\n");
+    gateway.wait_for("toolmux: reloaded");
+    let (code, stderr) = gateway.stop();
+    assert_eq!(code, 0, "{stderr}");
+}
