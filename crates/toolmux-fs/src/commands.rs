@@ -4,10 +4,12 @@
 //! A call runs the program in the project's folder, in its own session and process
 //! group, in the same OS sandbox as `bash` (`fs.bash.sandbox`, with the same paths kept
 //! read-only or hidden: toolmux's own files, other agents', the `protect` and `hide`
-//! lines'), with only `PATH`, `HOME`, `LANG` and the tool's `env`. The call's arguments are written to its stdin as one JSON
-//! object; what it prints on stdout is the result (parsed when `output: json`), and a
-//! non-zero exit is an error result carrying the end of its stderr. Timeouts and cancellation kill the whole
-//! group, and the process is always reaped.
+//! lines', and what it makes of those missing or of a repository moved aside when it
+//! ends), with only `PATH`, `HOME`, `LANG` and the tool's `env`. The call's arguments
+//! are written to its stdin as one JSON object; what it prints on stdout is the result
+//! (parsed when `output: json`), and a non-zero exit is an error result carrying the end
+//! of its stderr. Timeouts and cancellation kill the whole group, and the process is
+//! always reaped.
 
 use crate::config::{BashConfig, FsConfig};
 use crate::error::FsError;
@@ -225,6 +227,9 @@ impl CommandTools {
         for (key, value) in &config.env {
             command.env(key, value);
         }
+        // What of toolmux's own files is missing, and the repositories beneath the folder,
+        // to move aside what the program makes of them (as for `bash`).
+        let absent = self.sandbox.absent().await;
         let mut child = command
             .spawn()
             .map_err(|source| failed(self.sandbox.spawn_failed(label.clone(), source)))?;
@@ -298,6 +303,12 @@ impl CommandTools {
         // now, then reap.
         drop(watched);
         let reaped = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await;
+        // The result is the program's stdout (JSON, perhaps): what was moved aside is
+        // logged and named in an extra.
+        let moved = self.sandbox.command_ended(absent).await;
+        if let Some(note) = &moved {
+            tracing::warn!(tool = name, "{note}");
+        }
         let Some(status) = status else {
             if let Ok(Ok(_)) = reaped {
                 group.disarm();
@@ -330,6 +341,13 @@ impl CommandTools {
         // Binary output has no place in a text result: the model is told what it was and
         // where it is.
         let mut files = Vec::new();
+        let done = |output: ToolOutput, files: Vec<(&str, PathBuf)>| {
+            let output = with_files(output, files);
+            match &moved {
+                Some(note) => output.with_extra("movedAside", json!(note)),
+                None => output,
+            }
+        };
         let stdout = match control::is_binary(&out) {
             true => {
                 let (notice, path) = self.binary_notice(&out, spill::Kind::Stdout);
@@ -363,17 +381,17 @@ impl CommandTools {
                 message.push_str(tail_of(&stdout));
             }
             let output = ToolOutput::error(message).with_extra("exitCode", json!(status.code()));
-            return Ok(with_files(output, files));
+            return Ok(done(output, files));
         }
         match config.output.unwrap_or(CommandOutput::Text) {
-            CommandOutput::Text => Ok(with_files(ToolOutput::text(stdout), files)),
+            CommandOutput::Text => Ok(done(ToolOutput::text(stdout), files)),
             // JSON is parsed from the bytes as printed (its strings escape their own
             // control characters); what reaches the model of output that is not JSON is
             // the escaped text.
             CommandOutput::Json => {
                 match serde_json::from_str::<Value>(String::from_utf8_lossy(&out).trim()) {
-                    Ok(value) => Ok(ToolOutput::json(value)),
-                    Err(e) => Ok(with_files(
+                    Ok(value) => Ok(done(ToolOutput::json(value), Vec::new())),
+                    Err(e) => Ok(done(
                         ToolOutput::error(format!(
                             "`{name}` is to print JSON (`output: json`) but printed what is \
                              not: {e}: `{}`",

@@ -703,6 +703,37 @@ async fn command_tools_are_kept_from_what_bash_is_kept_from() {
     assert_eq!(std::fs::read_to_string(root.join("secrets/prod.key")).unwrap(), "private\n");
 }
 
+/// What a command tool's program makes of toolmux's missing files (a `toolmux.json` the
+/// next start would load) or of a repository beneath the folder is moved aside when it
+/// ends, as for `bash`: command tools never looked, so a program could plant either.
+#[tokio::test]
+async fn what_a_command_tool_makes_of_watched_files_is_moved_aside() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let config = FsConfig::new(&root)
+        .with_protected(ProtectedPath::new("toolmux.json", ProtectedKind::Configuration));
+    let script = "mkdir sub && echo 'gitdir: /tmp/elsewhere' > sub/.git && echo '{}' > \
+                  toolmux.json && echo made";
+    let tool = CommandToolConfig {
+        description: "plants".into(),
+        command: CommandLine::Shell(script.into()),
+        ..CommandToolConfig::default()
+    };
+    let tools = CommandTools::new(&BTreeMap::from([("plant".to_owned(), tool)]), &config).unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    let out = tools.call("plant", json!({}), &CallContext::new()).await.unwrap();
+    assert!(out.to_text().contains("made"), "{}", out.to_text());
+    let note = out.extras["movedAside"].as_str().unwrap_or_default().to_owned();
+    for made in ["sub/.git", "toolmux.json"] {
+        assert!(note.contains(&format!("`{made}` (moved to `{made}.rejected`)")), "{note}");
+        assert!(!root.join(made).exists(), "{made}");
+        assert!(root.join(format!("{made}.rejected")).exists(), "{made}");
+    }
+}
+
 /// In mode `readOnly` nothing beneath the root is writable, but what the `hide` lines name
 /// is still not there for a command.
 #[tokio::test]
