@@ -33,6 +33,12 @@ use toolmux_core::ToolOutput;
 /// few lines.
 pub(crate) const MULTILINE_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The longest line a line-by-line search holds: the searcher's buffer grows to the
+/// longest line (with the context lines asked for before it), so a file of one line of
+/// gigabytes took as much memory. A file with a longer line is skipped where the searcher
+/// reaches it, and the answer names it.
+pub(crate) const LINE_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
 /// What `grep` returns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -121,7 +127,8 @@ lines as `path-line-text`, `--` between context groups) and honours `-A`, `-B`, 
 `-o` (only the matching parts, one per line); `count` shows `path:count`. Filter files with \
 `glob` (e.g. `*.rs`) or `type` (e.g. `rust`). `-i` ignores case; `fixed_strings: true` searches \
 for the pattern as literal text; `multiline` lets a match span lines (it skips files over 64 MiB, \
-named in a footer). `max_matches_per_file` \
+named in a footer); without it, files with a line over 64 MiB are skipped and named the same way. \
+`max_matches_per_file` \
 stops each file after that many matching lines (content and count modes). Results are cut at \
 `head_limit` (default 250, 0 = no limit) lines or files; a footer says how many there were and \
 which `offset` continues. A search still running after 30 s stops and returns what it found, \
@@ -135,6 +142,18 @@ pub(crate) fn grep(
     args: GrepArgs,
     cancelled: &Arc<AtomicBool>,
     budget: &Budget,
+) -> Result<ToolOutput, FsError> {
+    search(ws, limits, args, cancelled, budget, LINE_MAX_BYTES)
+}
+
+/// [`grep`], holding lines of at most `line_max` bytes (the tests' lower limit).
+fn search(
+    ws: &Workspace,
+    limits: &FsLimits,
+    args: GrepArgs,
+    cancelled: &Arc<AtomicBool>,
+    budget: &Budget,
+    line_max: u64,
 ) -> Result<ToolOutput, FsError> {
     let invalid = |message: String| FsError::InvalidArguments { tool: "grep", message };
     if args.pattern.is_empty() {
@@ -177,6 +196,10 @@ pub(crate) fn grep(
         // Beside the size checked before each file: a file that grew past it since is
         // not read into memory either (the search fails, and the file is named as skipped).
         searcher.heap_limit(Some(MULTILINE_MAX_BYTES as usize + 1024 * 1024));
+    } else {
+        // The buffer past its first 64 KiB: a longer line fails the file's search, and
+        // the file is named as skipped.
+        searcher.heap_limit(Some(usize::try_from(line_max).unwrap_or(usize::MAX)));
     }
     if mode == OutputMode::Content {
         searcher
@@ -236,6 +259,8 @@ pub(crate) fn grep(
     let matches = Arc::new(AtomicU64::new(0));
     // Files too large for a multiline search, with their sizes.
     let too_large = Arc::new(Mutex::new(Vec::<(String, u64)>::new()));
+    // Files with a line longer than a line-by-line search holds.
+    let long_lines = Arc::new(Mutex::new(Vec::<String>::new()));
     // Where a file named by `path` holds binary data, which stopped its search.
     let named_binary = Arc::new(Mutex::new(None::<u64>));
 
@@ -246,6 +271,7 @@ pub(crate) fn grep(
         let cancelled = cancelled.clone();
         let matches = matches.clone();
         let too_large = too_large.clone();
+        let long_lines = long_lines.clone();
         let named_binary = named_binary.clone();
         let only = only.clone();
         let (glob, types) = (glob.clone(), types.clone());
@@ -329,13 +355,16 @@ pub(crate) fn grep(
                 (Some(head), _) => head.search(&mut searcher, &matcher, &file, &mut sink, stop),
                 (None, _) => search_file(&mut searcher, &matcher, &file, &mut sink, stop),
             };
-            if searched.is_err() {
+            if let Err(e) = searched {
                 // A file that grew past the limit while it was searched.
                 if let Ok(meta) = file.metadata()
                     && multiline
                     && meta.len() > MULTILINE_MAX_BYTES
                 {
                     return skip_large(meta.len());
+                }
+                if !multiline && is_heap_limit(&e) {
+                    long_lines.lock().unwrap_or_else(|e| e.into_inner()).push(display);
                 }
                 return WalkState::Continue;
             }
@@ -382,6 +411,9 @@ pub(crate) fn grep(
     let mut too_large = std::mem::take(&mut *too_large.lock().unwrap_or_else(|e| e.into_inner()));
     too_large.sort();
     let mut output = note_too_large(output, &too_large);
+    let mut long_lines = std::mem::take(&mut *long_lines.lock().unwrap_or_else(|e| e.into_inner()));
+    long_lines.sort();
+    output = note_long_lines(output, &long_lines, line_max, show.context);
     if let Some(offset) = *named_binary.lock().unwrap_or_else(|e| e.into_inner()) {
         let note = format!(
             "[`{given}` is a binary file (a NUL byte at offset {offset}): it was searched only \
@@ -421,6 +453,47 @@ fn note_too_large(mut output: ToolOutput, skipped: &[(String, u64)]) -> ToolOutp
     );
     append_line(&mut output, note);
     output.with_extra("skippedTooLarge", json!(skipped.len()))
+}
+
+/// Whether `e` is the searcher's refusal to grow its buffer past the heap limit. It has no
+/// kind of its own (`Other`, as a sink's error could be), only its message, which the
+/// tests hold to (a file with a line over the limit is named as skipped).
+fn is_heap_limit(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::Other
+        && e.raw_os_error().is_none()
+        && e.to_string().starts_with("configured allocation limit")
+}
+
+/// `output` with a last line naming the files a line-by-line search skipped for a line
+/// over `line_max` bytes (the first few, by path), and a `skippedLongLines` extra counting
+/// them.
+fn note_long_lines(
+    mut output: ToolOutput,
+    skipped: &[String],
+    line_max: u64,
+    context: bool,
+) -> ToolOutput {
+    const NAMED: usize = 5;
+    if skipped.is_empty() {
+        return output;
+    }
+    let mut names: Vec<String> = skipped.iter().take(NAMED).cloned().collect();
+    if skipped.len() > NAMED {
+        names.push(format!("and {} more", skipped.len() - NAMED));
+    }
+    let note = format!(
+        "[{} not searched: a line longer than {} MiB{}, more than a search holds in \
+         memory: {}; search it with `bash` tools (`grep -o`) if allowed]",
+        match skipped.len() {
+            1 => "1 file".to_owned(),
+            n => format!("{n} files"),
+        },
+        line_max / (1024 * 1024),
+        if context { " (with the context lines asked for)" } else { "" },
+        names.join(", ")
+    );
+    append_line(&mut output, note);
+    output.with_extra("skippedLongLines", json!(skipped.len()))
 }
 
 /// `output` with `note` as its last line.
@@ -1195,6 +1268,36 @@ mod tests {
         let out = grep(&ws, &FsLimits::default(), args, &cancelled, &budget).unwrap();
         assert_eq!(out.to_text(), "a.txt");
         assert!(out.extras.get("timedOut").is_none());
+    }
+
+    /// A line-by-line search holds a line at a time, up to a limit (64 MiB, lowered here):
+    /// a file with a longer line (LF or CR lines) is skipped and named, and lines under
+    /// the limit past the line-ending check's head are searched.
+    #[test]
+    fn a_file_with_a_line_over_the_limit_is_skipped_and_named() {
+        let temp = tempfile::tempdir().unwrap();
+        let long = "x".repeat(3 << 20);
+        let fine = "y".repeat(3 << 19);
+        std::fs::write(temp.path().join("a.txt"), "needle\n").unwrap();
+        std::fs::write(temp.path().join("long.txt"), format!("needle\n{long} needle\n")).unwrap();
+        std::fs::write(temp.path().join("cr.txt"), format!("needle\r{long}\r")).unwrap();
+        std::fs::write(temp.path().join("ok.txt"), format!("{fine}\nneedle {fine}\nneedle\n"))
+            .unwrap();
+        let ws = Workspace::open(temp.path()).unwrap();
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let budget = Budget::new(std::time::Duration::from_secs(30), None);
+        let args = GrepArgs {
+            pattern: "needle".into(),
+            output_mode: Some(OutputMode::Count),
+            ..GrepArgs::default()
+        };
+        let out = search(&ws, &FsLimits::default(), args, &cancelled, &budget, 2 << 20).unwrap();
+        expect_test::expect![[r#"
+            a.txt:1
+            ok.txt:2
+            [3 matching lines in 2 files]
+            [2 files not searched: a line longer than 2 MiB, more than a search holds in memory: cr.txt, long.txt; search it with `bash` tools (`grep -o`) if allowed]"#]].assert_eq(&out.to_text());
+        assert_eq!(out.extras["skippedLongLines"], 2);
     }
 
     /// `Head::read` tells a file as `read` does, from all of it: CRs past the first 8 KiB
