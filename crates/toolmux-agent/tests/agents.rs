@@ -560,11 +560,22 @@ async fn inbox_reads_are_outside_the_run_budget() {
 }
 
 /// Results taken from the inbox all reach the model, however many arrive: over the size
-/// cap, the inbox's answer is stored and read back whole, and the model is given the
-/// results in portions within the cap, one a turn. Before, the stored answer was not the
-/// inbox's JSON and every result it held was lost.
+/// cap, the inbox's answer is stored and read back whole (also where outputs over the
+/// cap are cut, `oversize: truncate`), and the model is given the results in portions
+/// within the cap, one a turn. Before, the stored or cut answer was not the inbox's JSON
+/// and every result it held was lost.
 #[tokio::test]
 async fn results_over_the_size_cap_reach_the_model_over_turns() {
+    for oversize in
+        [toolmux_orchestrator::OversizeMode::Spill, toolmux_orchestrator::OversizeMode::Truncate]
+    {
+        results_over_the_size_cap_reach_the_model_over_turns_with(oversize).await;
+    }
+}
+
+async fn results_over_the_size_cap_reach_the_model_over_turns_with(
+    oversize: toolmux_orchestrator::OversizeMode,
+) {
     let (store, external) = async_external("build", "Starts a build");
     let builds: Vec<(&str, Value)> =
         (0..3).map(|i| ("external__build", json!({"target": i}))).collect();
@@ -583,7 +594,8 @@ async fn results_over_the_size_cap_reach_the_model_over_turns() {
     );
     let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
     let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
-    let config = OrchestratorConfig::default().with_response_max_bytes(500);
+    let config = OrchestratorConfig { oversize, ..OrchestratorConfig::default() }
+        .with_response_max_bytes(500);
     let (agents, orchestrator) =
         start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
     let report = agents.run("a", "go", &CallContext::new()).await.unwrap();
@@ -601,7 +613,7 @@ async fn results_over_the_size_cap_reach_the_model_over_turns() {
         assert_eq!(results.len(), 1, "{content}");
         given.push(results[0]["arguments"]["target"].as_u64().unwrap());
     }
-    assert_eq!(given, [0, 1, 2]);
+    assert_eq!(given, [0, 1, 2], "{oversize:?}");
 }
 
 /// A spent context budget (`contextTokenBudget`) does not refuse the session's read of

@@ -3173,7 +3173,10 @@ impl Orchestrator {
             keep_media(&mut capped, &media);
             capped
         };
-        if self.inner.config.oversize == OversizeMode::Truncate {
+        // The caller's own bookkeeping (an agent taking the results that arrived in its
+        // run's inbox, each given once) is stored whole in either mode, for the caller to
+        // read back: cut, what it took out would be lost.
+        if self.inner.config.oversize == OversizeMode::Truncate && !ctx.is_outside_budget() {
             return keep(truncate_output(output, max));
         }
         if output.is_error {
