@@ -366,3 +366,26 @@ async fn text_in_a_declared_charset_is_decoded() {
     assert!(failed.is_error);
     assert_eq!(failed.to_text(), "HTTP 400 Bad Request: déjà vu");
 }
+
+/// `patternProperties` keys are regexes as `pattern` values are, cleaned up the same way:
+/// ECMA's literal braces (`^{[a-z]+}$`) are escaped, and a key no validator compiles
+/// (ECMA's `[^]`) is dropped with the `additionalProperties: false` that would then refuse
+/// its properties. The output schema compiles, and a body it describes is a success.
+#[tokio::test]
+async fn pattern_property_keys_are_cleaned_up_as_patterns_are() {
+    let base = serve(|_| Reply::json(200, json!({"{abc}": "v", "n1": 5}))).await;
+    let schema = json!({"type": "object", "additionalProperties": false, "patternProperties": {
+        "^{[a-z]+}$": {"type": "string"}, "^n[^]*$": {"type": "integer"}}});
+    let mut doc = v3(
+        json!({"/x": {"get": {"operationId": "op", "responses": {"200": json_response(schema)}}}}),
+        json!({}),
+    );
+    doc["servers"] = json!([{"url": base}]);
+    let provider =
+        RestProvider::openapi_from_value("t", doc, "t.json", &OpenApiConfig::default()).unwrap();
+    let tools = provider.specs();
+    assert!(check_tools("t", &tools).is_empty(), "{:?}", check_tools("t", &tools));
+    let out = call(&provider, "op", json!({})).await;
+    assert!(!out.is_error, "{}", out.to_text());
+    assert_eq!(out.structured, Some(json!({"{abc}": "v", "n1": 5})));
+}

@@ -141,6 +141,9 @@ impl<'d> SchemaConverter<'d> {
     ) -> Result<Value, RestError> {
         let mut out = Map::new();
         let omitted = self.omitted_properties(map);
+        // Whether a `patternProperties` entry was dropped for a pattern no validator
+        // compiles: the properties it named would then fall to `additionalProperties`.
+        let mut pattern_dropped = false;
         for (key, value) in map {
             if DROPPED.contains(&key.as_str()) || key.starts_with("x-") {
                 continue;
@@ -270,7 +273,20 @@ impl<'d> SchemaConverter<'d> {
                                 continue;
                             }
                             let sub_at = format!("{base}/{}", escape_token(name));
-                            converted.insert(name.clone(), self.convert(sub, &sub_at)?);
+                            // A `patternProperties` key is a regex as `pattern` is, and is
+                            // cleaned up the same way: one validators refuse would make
+                            // the whole schema fail to compile.
+                            let name = if k == "patternProperties" {
+                                let pattern = ecma_braces(name);
+                                if !self.pattern_compiles(&pattern) {
+                                    pattern_dropped = true;
+                                    continue;
+                                }
+                                pattern
+                            } else {
+                                name.clone()
+                            };
+                            converted.insert(name, self.convert(sub, &sub_at)?);
                         }
                         Value::Object(converted)
                     }
@@ -288,6 +304,11 @@ impl<'d> SchemaConverter<'d> {
                 continue;
             }
             out.insert(key.clone(), converted);
+        }
+        if pattern_dropped {
+            // The properties the dropped pattern allowed must not be refused as extra.
+            out.remove("additionalProperties");
+            out.remove("unevaluatedProperties");
         }
         if let Some(example) = map.get("example")
             && !out.contains_key("examples")
