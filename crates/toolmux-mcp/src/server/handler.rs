@@ -913,10 +913,23 @@ impl Gateway {
             .with_handler(Arc::new(interaction))
             .with_progress(ProgressSink::new(move |p| reporting.progress(&p)));
         let provider = self.provider_for(context);
-        let running = tokio::spawn(async move { provider.call(&name, arguments, &ctx).await });
+        let mut running = tokio::spawn(async move { provider.call(&name, arguments, &ctx).await });
         let finishing = task.clone();
         tokio::spawn(async move {
-            let result = match running.await {
+            let joined = tokio::select! {
+                joined = &mut running => joined,
+                () = tokio::time::sleep_until(finishing.expires_at()) => {
+                    // Nobody can read the result or cancel the call any more: it stops
+                    // now rather than hold its upstream, queue slot and budget until the
+                    // store next sweeps (a call waiting for `tasks/update` never ends).
+                    finishing.cancel();
+                    if tokio::time::timeout(CLOSE_GRACE, &mut running).await.is_err() {
+                        running.abort();
+                    }
+                    return;
+                }
+            };
+            let result = match joined {
                 Ok(Ok(output)) => Ok(convert::output(output)),
                 Ok(Err(ToolError::Cancelled { .. })) if finishing.cancel.is_cancelled() => return,
                 // Arguments the tool refuses are a result the model reads and corrects

@@ -8,8 +8,9 @@
 //! wait in the task as `inputRequests` (status `input_required`) until `tasks/update`
 //! answers them, each under a key the server made (or the tool's own key). A tool that
 //! failed, or refused its arguments, is `completed` with `isError: true`; `failed` is for
-//! protocol errors (an unknown tool, a panic). Tasks are kept for [`TTL`] after they are made, at most [`MAX_TASKS`];
-//! each belongs to the API key holder that made it (or to every caller without keys).
+//! protocol errors (an unknown tool, a panic). Tasks are kept for [`TTL`] after they are
+//! made (a call still running then is stopped), at most [`MAX_TASKS`]; each belongs to
+//! the API key holder that made it (or to every caller without keys).
 //! Their ids begin with a random mark of the store that made them, so that a server
 //! restarted at the same address tells its earlier life's tasks, which replicas sharing
 //! sessions may still name ([`super::affinity`]), from its own.
@@ -178,6 +179,12 @@ fn random_suffix() -> String {
 impl TaskEntry {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// When the task goes: past it nobody can read its result or cancel it, so a call
+    /// still running in it is stopped then.
+    pub(crate) fn expires_at(&self) -> Instant {
+        self.made + TTL
     }
 
     fn is_terminal(&self) -> bool {

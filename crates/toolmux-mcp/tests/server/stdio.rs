@@ -1572,3 +1572,37 @@ async fn a_session_s_resource_subscriptions_are_bounded_and_end_with_it() {
     })
     .await;
 }
+
+/// A task's call still running when the task expires (an hour after it was made) is
+/// cancelled then, though no other task is made: nobody could read its result or cancel
+/// it any more. (Expired tasks were swept only when a task was made, so a hung call, or
+/// one waiting for `tasks/update`, held its upstream until the next task.)
+#[tokio::test(start_paused = true)]
+async fn an_expired_task_s_call_is_cancelled_without_another_task() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
+    let options = ServeOptions { task_tools: vec!["hang".into()], ..ServeOptions::default() };
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let (reader, writer) = tokio::io::split(server_io);
+    let server = tokio::spawn(toolmux_mcp::server::serve_io(mock.clone(), options, reader, writer));
+    let mut client = RawClient::new(client_io);
+    client
+        .send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+            "clientInfo": {"name": "raw", "version": "1"}
+        }}))
+        .await;
+    assert_eq!(client.next().await["id"], "init");
+    client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "hang", "arguments": {}}}))
+        .await;
+    let created = client.next().await;
+    assert!(created["result"]["taskId"].is_string(), "{created}");
+    eventually("the call to start", || async { mock.in_flight() == 1 }).await;
+    tokio::time::sleep(std::time::Duration::from_secs(60 * 60)).await;
+    eventually("the call to be cancelled", || async { mock.in_flight() == 0 }).await;
+    drop(client);
+    within(server).await.unwrap().unwrap();
+}
