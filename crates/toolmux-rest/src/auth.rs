@@ -64,6 +64,26 @@ impl Auth {
         crate::secrets::forms_of(fetched.iter())
     }
 
+    /// Why a configured credential that goes into a header as it is (an API key in a
+    /// header, a bearer token) cannot be sent, for the first such credential.
+    pub(crate) fn unsendable(&self) -> Option<String> {
+        self.credentials.iter().find_map(|(scheme, c)| {
+            let (field, header, value) = match self.schemes.get(scheme)? {
+                // A key in a query or cookie goes percent-encoded.
+                SecurityScheme::ApiKey { name, location }
+                    if !matches!(location, Location::Query | Location::Cookie) =>
+                {
+                    ("apiKey", name.as_str(), c.api_key.clone()?)
+                }
+                SecurityScheme::Bearer => {
+                    ("token", "Authorization", format!("Bearer {}", c.token.as_deref()?))
+                }
+                _ => return None,
+            };
+            crate::http::unsendable_header(&format!("auth.{scheme}.{field}"), header, &value)
+        })
+    }
+
     /// Configured credentials naming no scheme of the document.
     pub(crate) fn unknown_schemes(&self) -> Vec<&str> {
         self.credentials

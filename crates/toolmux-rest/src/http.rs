@@ -138,6 +138,23 @@ pub(crate) struct Response {
     pub(crate) reencoded: bool,
 }
 
+/// Why a configured header named `header`, whose value is `value`, cannot be sent: a line
+/// break or another control character in the value, as a token read from a file or a
+/// variable ending in a newline has. `what` names the setting (`headers.X-Api-Key`); the
+/// value itself is never named, since it is often a secret.
+pub(crate) fn unsendable_header(what: &str, header: &str, value: &str) -> Option<String> {
+    if HeaderName::from_bytes(header.as_bytes()).is_err() {
+        return Some(format!("`{what}`: `{header}` is not a valid header name"));
+    }
+    HeaderValue::from_bytes(value.as_bytes()).is_err().then(|| {
+        format!(
+            "the value of `{what}` holds a line break or another control character, which \
+             header `{header}` cannot carry (a value read from a file or an environment \
+             variable often ends in a newline): remove it"
+        )
+    })
+}
+
 /// Sends `request` and reads the response within the settings' limits.
 pub(crate) async fn send(
     client: &reqwest::Client,

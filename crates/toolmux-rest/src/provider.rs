@@ -229,6 +229,19 @@ impl RestProvider {
         let imported = openapi::import(&document, namespace, config)?;
         let mut warnings = imported.warnings;
         let auth = imported.auth;
+        // A configured value no header can carry (a token from a variable that ends in a
+        // newline) is the configuration's fault: refused now, naming the setting, rather
+        // than with every call as if the model's arguments were wrong.
+        let unsendable = config
+            .headers
+            .iter()
+            .find_map(|(header, value)| {
+                http::unsendable_header(&format!("headers.{header}"), header, value)
+            })
+            .or_else(|| auth.unsendable());
+        if let Some(message) = unsendable {
+            return Err(RestError::Config { name: name.to_owned(), message });
+        }
         for unknown in auth.unknown_schemes() {
             warnings.push(format!(
                 "{}: `auth.{unknown}` names no security scheme of the document",
@@ -811,6 +824,12 @@ fn inline_tool(
     }
     if let Some(select) = &config.select {
         select.check().map_err(config_error)?;
+    }
+    // Placeholders are valid in a header; a line break from a variable is not.
+    if let Some(message) = config.headers.iter().find_map(|(header, value)| {
+        http::unsendable_header(&format!("headers.{header}"), header, value)
+    }) {
+        return Err(config_error(message));
     }
     let mut url = UrlTemplate::parse(&config.url);
     // An argument in the host (or port or user info) chooses where the request goes: the

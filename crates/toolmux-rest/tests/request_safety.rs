@@ -1048,3 +1048,45 @@ async fn a_secret_at_the_cut_of_an_error_excerpt_is_redacted_whole() {
     assert!(err.contains("PPPREDACTED"), "{err}");
     assert!(!err.contains("sk-SE"), "{err}");
 }
+
+/// A configured header or credential that no header can carry (a token read from a
+/// variable with its trailing newline) is a configuration error naming the setting, not
+/// its value, refused when the provider is built: at a call it would read as the model's
+/// invalid arguments, which the model tries to fix by changing them.
+#[test]
+fn configured_values_no_header_can_carry_are_refused_at_load() {
+    let secret = "s3cr3t-tok";
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "k", "version": "1"},
+        "servers": [{"url": "http://127.0.0.1:1"}],
+        "paths": {"/items": {"get": {"operationId": "items", "security": [{"bearer": []}]}}},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}});
+    let refused = |config: &OpenApiConfig| {
+        let error = RestProvider::openapi_from_value("k", doc.clone(), "k.json", config)
+            .map(|_| ())
+            .unwrap_err();
+        assert!(matches!(error, toolmux_rest::RestError::Config { .. }), "{error:?}");
+        let shown = error.to_string();
+        assert!(!shown.contains(secret), "{shown}");
+        shown
+    };
+    let mut config = OpenApiConfig::default();
+    config.headers.insert("X-Api-Key".into(), format!("{secret}\n"));
+    assert!(refused(&config).contains("`headers.X-Api-Key` holds a line break"));
+    let mut config = OpenApiConfig::default();
+    let token = toolmux_rest::Credentials {
+        token: Some(format!("{secret}\r\n")),
+        ..toolmux_rest::Credentials::default()
+    };
+    config.auth.insert("bearer".into(), token);
+    assert!(refused(&config).contains("`auth.bearer.token` holds a line break"));
+
+    let tool: RestToolConfig = serde_json::from_value(json!({"url": "http://127.0.0.1:1/x",
+        "headers": {"Authorization": format!("Bearer {secret}\n")}}))
+    .unwrap();
+    let error =
+        RestProvider::inline(&BTreeMap::from([("t".to_owned(), tool)])).map(|_| ()).unwrap_err();
+    let shown = error.to_string();
+    assert!(matches!(error, toolmux_rest::RestError::Config { .. }), "{error:?}");
+    assert!(shown.contains("`headers.Authorization` holds a line break"), "{shown}");
+    assert!(!shown.contains(secret), "{shown}");
+}
