@@ -845,7 +845,7 @@ fn key_offset(text: &str, path: &str) -> Option<(usize, usize)> {
             .filter_map(|form| key_at(&text[from..], form).map(|at| (at, form.len())))
             .min()?;
         found = Some((from + at, len));
-        from += at + key.len();
+        from += at + len;
     }
     found
 }

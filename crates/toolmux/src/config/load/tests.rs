@@ -1569,3 +1569,33 @@ fn every_key_of_a_server_may_be_null_to_the_loader_and_the_schema() {
     assert!(server.args.is_empty() && server.env.is_empty() && server.headers.is_empty());
     assert_eq!((server.tools_allowed.as_ref(), server.lazy), (None, false));
 }
+
+/// A quoted key ending in a character of several bytes (`"café"`) is found for the
+/// error's line, where the search went on from inside that character and panicked.
+#[test]
+fn an_error_under_a_key_ending_in_a_multibyte_character_has_its_line() {
+    json_error(
+        r#"{"mcpServers": {"café": {}}}"#,
+        expect![
+            "toolmux.json:1:25: mcpServers.café.command: neither `command` nor `url` is set: give `command` (a program toolmux starts) or `url` (a server it connects to), or `enabled: false` to keep the entry unused"
+        ],
+    );
+    json_error(
+        "{\"mcpServers\": {\n  \"é\":\n    {\"args\": []}}}",
+        expect![
+            "toolmux.json:3:5: mcpServers.é.command: neither `command` nor `url` is set: give `command` (a program toolmux starts) or `url` (a server it connects to), or `enabled: false` to keep the entry unused"
+        ],
+    );
+    yaml_error(
+        "mcpServers:\n  \"café\": {}\n",
+        expect![
+            "toolmux.yaml:2:11: mcpServers.café.command: neither `command` nor `url` is set: give `command` (a program toolmux starts) or `url` (a server it connects to), or `enabled: false` to keep the entry unused"
+        ],
+    );
+    yaml_error(
+        "mcpServers:\n  'naïveté':\n    comand: x\n",
+        expect![
+            "toolmux.yaml:3:5: unknown key `comand` in mcpServers.naïveté; did you mean `command`?"
+        ],
+    );
+}
