@@ -606,7 +606,13 @@ impl Router {
     }
 
     /// Routes one complete line: a call to the direct path, anything else to rmcp.
-    fn route(&mut self, line: Vec<u8>) {
+    fn route(&mut self, mut line: Vec<u8>) {
+        // A leading UTF-8 byte order mark (some Windows clients write one) is no part of
+        // the message (RFC 8259 lets a parser ignore it, as rmcp does): dropped before
+        // anything reads the line, else the line is no JSON and answered `-32700`.
+        if line.starts_with(UTF8_BOM) {
+            line.drain(..UTF8_BOM.len());
+        }
         // rmcp reads what it was handed before the next line is read, so all of it has
         // been read unless rmcp's task is behind; until then a call goes to rmcp too,
         // behind the rest, so that messages keep their order.
@@ -999,6 +1005,9 @@ fn opening(line: &[u8]) -> Opening {
         Err(_) => Opening::Other,
     }
 }
+
+/// The UTF-8 byte order mark.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// The JSON-RPC error answering `line` when it is no message rmcp could answer rightly, in
 /// the words `serve --http` gives a body of the same form (see [`super::malformed`]), with

@@ -1606,3 +1606,33 @@ async fn an_expired_task_s_call_is_cancelled_without_another_task() {
     drop(client);
     within(server).await.unwrap().unwrap();
 }
+
+/// A line that begins with a UTF-8 byte order mark (some Windows clients write one) is
+/// read as the message after it, as rmcp reads it: `initialize` and a call so marked are
+/// answered. (Such a line was answered `-32700`, so the client could not even initialize.)
+#[tokio::test]
+async fn a_line_with_a_byte_order_mark_is_read_as_its_message() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("a", Behavior::Echo));
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let (reader, writer) = tokio::io::split(server_io);
+    let server =
+        tokio::spawn(toolmux_mcp::server::serve_io(mock, ServeOptions::default(), reader, writer));
+    let mut client = RawClient::new(client_io);
+    let initialize = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}
+    }});
+    client.send_line(&format!("\u{feff}{initialize}")).await;
+    let initialized = client.next().await;
+    assert_eq!(initialized["result"]["protocolVersion"], "2025-11-25", "{initialized}");
+    let notification = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    client.send_line(&format!("\u{feff}{notification}")).await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "a", "arguments": {"x": 1}}});
+    client.send_line(&format!("\u{feff}{call}")).await;
+    let answered = client.next().await;
+    assert_eq!(answered["id"], 1, "{answered}");
+    assert!(answered.get("result").is_some(), "{answered}");
+    drop(client);
+    within(server).await.unwrap().unwrap();
+}
