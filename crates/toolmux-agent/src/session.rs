@@ -373,6 +373,7 @@ impl Session<'_> {
             // asynchronous results waiting in the run's inbox since it stopped.
             pending_external: AtomicUsize::new(pending_in(self.history)),
             arrived: VecDeque::new(),
+            last: false,
             gate: tokio::sync::RwLock::new(()),
             cut: HashSet::new(),
         };
@@ -531,6 +532,7 @@ impl Session<'_> {
                 _ => None,
             };
             let last = limit.is_some();
+            state.last = last;
             self.collect_inbox(&mut state, &mut request).await;
             drop_old_images(&mut request.messages);
             let configured = self.model.context_window().map(window_budget);
@@ -1394,6 +1396,24 @@ impl Session<'_> {
                 );
             }
         }
+        // Results taken from the inbox are nowhere else: a report before they all reached
+        // the model would lose the rest (on the last turn it is taken all the same).
+        if !state.last && !state.arrived.is_empty() {
+            return Outcome::error(
+                call,
+                match state.arrived.len() {
+                    1 => format!(
+                        "(tool failed: 1 more result of your asynchronous tool calls arrived \
+                         and comes with your next turn: read it, then call {FINAL_REPORT})"
+                    ),
+                    n => format!(
+                        "(tool failed: {n} more results of your asynchronous tool calls \
+                         arrived and come with your next turn: read them, then call \
+                         {FINAL_REPORT})"
+                    ),
+                },
+            );
+        }
         let status = match report.status {
             internal::ReportedStatus::Success => AgentStatus::Success,
             internal::ReportedStatus::Failure => AgentStatus::Failure,
@@ -1587,6 +1607,8 @@ struct State {
     pending_external: AtomicUsize,
     /// Results taken from the inbox that have not reached the model yet, oldest first.
     arrived: VecDeque<Value>,
+    /// The turn is the run's last: its report is taken whatever still waits.
+    last: bool,
     /// The calls of one turn (or batch) run at once, but one that changes files or runs
     /// programs runs alone, in the order the model wrote them: shared for those, exclusive
     /// for these (tokio's lock is fair, so a write waits for the reads before it and the

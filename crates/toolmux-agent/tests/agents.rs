@@ -616,6 +616,44 @@ async fn results_over_the_size_cap_reach_the_model_over_turns_with(
     assert_eq!(given, [0, 1, 2], "{oversize:?}");
 }
 
+/// A report made while results taken from the inbox still wait to reach the model is
+/// answered to read them first: the run ends once the last has come, where the report
+/// ended it with the rest lost.
+#[tokio::test]
+async fn a_report_waits_for_the_results_still_to_come() {
+    let (store, external) = async_external("build", "Starts a build");
+    let builds: Vec<(&str, Value)> =
+        (0..3).map(|i| ("external__build", json!({"target": i}))).collect();
+    let mut model = ScriptedModel::new("m").calls(builds).then(move |_| {
+        answer_pending(&store, |_| true, json!("built ".repeat(40)));
+        let echo = ModelToolCall::new("e", "mock__echo", json!({}));
+        Ok(used(ModelResponse::tool_calls(vec![echo])))
+    });
+    for _ in 0..3 {
+        model = model.report("success", "done");
+    }
+    let model = Arc::new(model);
+    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
+    let config = OrchestratorConfig::default().with_response_max_bytes(500);
+    let (agents, orchestrator) =
+        start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
+    let report = agents.run("a", "go", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
+    orchestrator.cleanup().await;
+    let requests = model.requests();
+    assert_eq!(requests.len(), 5);
+    let said = format!("{:?}", requests[3].messages);
+    assert!(said.contains("2 more results of your asynchronous tool calls arrived"), "{said}");
+    let said = format!("{:?}", requests[4].messages);
+    assert!(said.contains("1 more result of your asynchronous tool calls arrived"), "{said}");
+    let given: usize = requests[2..]
+        .iter()
+        .filter(|r| matches!(r.messages.last(), Some(Message::User { content }) if content.contains("built")))
+        .count();
+    assert_eq!(given, 3);
+}
+
 /// A spent context budget (`contextTokenBudget`) does not refuse the session's read of
 /// the inbox: the results it took out reach the model, and the budget is spent.
 #[tokio::test]
