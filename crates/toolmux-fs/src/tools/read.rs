@@ -184,18 +184,24 @@ pub(crate) fn read(
     let canonical = ws.canonical(&path)?;
     ws.check_read(&path, &canonical)?;
     let bytes = ws.read_small_at("read", &path, &canonical, limits.edit_max_bytes)?;
+    // A file refused as not text counts as read, by the bytes looked at, as a read without
+    // `anchor_line` counts it (see `read_page`): else `write` would ask for a read that
+    // could never be made.
+    let refused = |error: FsError| {
+        ws.record_read(run, canonical.clone(), Sha256::digest(&bytes).into());
+        error
+    };
     let encoding = Encoding::sniff(&bytes);
     if image_type(&bytes).is_some()
         || (!encoding.is_wide() && bytes[..bytes.len().min(SNIFF_BYTES)].contains(&0))
     {
-        return Err(invalid(format!(
+        return Err(refused(invalid(format!(
             "`{}` is not a text file: `anchor_line` finds blocks of code in text",
             path.given
-        )));
+        ))));
     }
-    let text = encoding.decode(&bytes).map_err(|why| FsError::InvalidText {
-        path: path.given.clone(),
-        problem: why.to_string(),
+    let text = encoding.decode(&bytes).map_err(|why| {
+        refused(FsError::InvalidText { path: path.given.clone(), problem: why.to_string() })
     })?;
     let lines = super::text::lines(&text);
     if anchor == 0 || anchor > lines.len() as u64 {

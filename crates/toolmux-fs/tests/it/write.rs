@@ -96,6 +96,23 @@ async fn a_file_read_refused_as_binary_or_undecodable_may_be_replaced() {
     assert!(refused.contains("has been modified since it was last read"), "{refused}");
 }
 
+/// So may a file a read with `anchor_line` refuses (blocks of code are found in text only):
+/// a binary file, an image, text that does not decode.
+#[tokio::test]
+async fn a_file_an_anchor_line_read_refuses_may_be_replaced() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root().join("blob.bin"), b"\x7fELF\0\0\x01").unwrap();
+    std::fs::write(fx.root().join("image.png"), b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").unwrap();
+    std::fs::write(fx.root().join("broken.txt"), [0xFF, 0xFE, 0x00, 0xD8, b'a', 0x00]).unwrap();
+    for path in ["blob.bin", "image.png", "broken.txt"] {
+        let before = std::fs::read(fx.root().join(path)).unwrap();
+        let refused = fx.err("read", json!({"path": path, "anchor_line": 1})).await;
+        assert!(refused.contains(path), "{refused}");
+        fx.ok("write", json!({"path": path, "content": "text now\n"})).await;
+        assert_ne!(std::fs::read(fx.root().join(path)).unwrap(), before, "{path}");
+    }
+}
+
 #[tokio::test]
 async fn reads_count_per_run() {
     let fx = Fixture::new();
