@@ -199,8 +199,12 @@ pub(crate) fn guarded_sandbox(
         })
         .collect();
     let (protect, hide) = (protection.protect_globs().clone(), protection.hidden_globs().clone());
-    let sandbox =
+    let mut sandbox =
         Sandbox::new(&config.bash.sandbox, root, &protected)?.with_user_globs(root, protect, hide);
+    // One that cannot be made now says why at the first spill.
+    if let Ok(spill) = tools::spill::directory(config.bash.spill_dir.as_deref()) {
+        sandbox = sandbox.with_spill_dir(crate::protect::resolve_ambient(&spill));
+    }
     Ok((sandbox, protection))
 }
 

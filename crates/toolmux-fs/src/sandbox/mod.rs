@@ -73,8 +73,8 @@ const DEVICES_ON_A_TERMINAL: &[&str] =
 /// The temporary directories `workspaceWrite` lets commands write, besides `$TMPDIR`.
 /// The spill directory (`bash.spillDir`) is not made writable: toolmux writes the spill
 /// files from the pipes, the command never does, and a command able to rewrite them could
-/// forge the "full output" the model is pointed to (the default one lies in `/tmp`
-/// anyway).
+/// forge the "full output" the model is pointed to; where it lies beneath a writable root
+/// anyway (the default one is in `/tmp`) it is a read-only view ([`Sandbox::with_spill_dir`]).
 const TEMPORARY: &[&str] = &["/tmp", "/dev/shm"];
 
 /// The sandbox of one provider's commands.
@@ -212,6 +212,32 @@ impl Sandbox {
             self.description.push_str(" What the `hide` settings name is not there for it.");
         }
         self.globs = Some(globs);
+        self
+    }
+
+    /// Keeps the spill directory `dir` (absolute, symlinks resolved), where toolmux writes
+    /// full outputs and background tasks' logs, read-only to commands where it lies
+    /// beneath a writable root (the default one is in `/tmp`) and views can be made: a
+    /// command that could write it could rewrite the "full output" the model is pointed
+    /// to, or rename the folder and put another in its place. A view covers what exists
+    /// when a command starts: the directory is made before ([`crate::tools::spill::directory`]).
+    pub(crate) fn with_spill_dir(mut self, dir: PathBuf) -> Sandbox {
+        let Plan::Enforce(policy) = &mut self.plan else { return self };
+        let roots = policy.writable.as_deref().unwrap_or_default();
+        if !policy.protect_paths
+            || !roots.iter().any(|r| dir.starts_with(r))
+            || policy.read_only.contains(&dir)
+        {
+            return self;
+        }
+        // Views may have been made already for toolmux's own paths; if none were wanted,
+        // the kernel is asked now.
+        let views = !policy.read_only.is_empty() || !policy.hidden.is_empty();
+        if !views && let Err(why) = mounts::available() {
+            tracing::debug!("the spill directory stays writable to commands: {why}");
+            return self;
+        }
+        policy.read_only.push(dir);
         self
     }
 

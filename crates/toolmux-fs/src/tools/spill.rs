@@ -74,22 +74,7 @@ fn create_between(
     kind: Kind,
     checked: impl FnOnce(),
 ) -> Result<(PathBuf, File), String> {
-    let (path, dir) = match configured {
-        Some(dir) => {
-            DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| {
-                format!("the spill directory `{}` cannot be created: {e}", dir.display())
-            })?;
-            // The user's choice: a symlink to a directory is followed, once, here.
-            let handle = open_dir(dir, OFlags::empty()).map_err(|e| {
-                format!("the spill directory `{}` cannot be opened: {e}", dir.display())
-            })?;
-            (dir.to_path_buf(), handle)
-        }
-        None => {
-            let uid = rustix::process::getuid().as_raw();
-            private_dir(base, uid)?
-        }
-    };
+    let (path, dir) = open_directory(configured, base)?;
     sweep(&dir, SystemTime::now());
     checked();
     let pid = std::process::id();
@@ -112,6 +97,31 @@ fn create_between(
         ));
     }
     Ok((path.join(name), file))
+}
+
+/// The spill directory `configured` names (else this user's own in the system temporary
+/// directory), made or checked as [`create`] does: for the sandbox to keep it read-only
+/// to commands from their start.
+pub(crate) fn directory(configured: Option<&Path>) -> Result<PathBuf, String> {
+    open_directory(configured, &std::env::temp_dir()).map(|(path, _)| path)
+}
+
+/// The spill directory `configured` names, made 0700 where missing, else this user's
+/// own beneath `base` ([`private_dir`]); with a handle on it.
+fn open_directory(configured: Option<&Path>, base: &Path) -> Result<(PathBuf, OwnedFd), String> {
+    match configured {
+        Some(dir) => {
+            DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| {
+                format!("the spill directory `{}` cannot be created: {e}", dir.display())
+            })?;
+            // The user's choice: a symlink to a directory is followed, once, here.
+            let handle = open_dir(dir, OFlags::empty()).map_err(|e| {
+                format!("the spill directory `{}` cannot be opened: {e}", dir.display())
+            })?;
+            Ok((dir.to_path_buf(), handle))
+        }
+        None => private_dir(base, rustix::process::getuid().as_raw()),
+    }
 }
 
 /// Opens the directory `path` for the `*at` calls, with `extra` flags.

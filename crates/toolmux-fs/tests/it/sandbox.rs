@@ -734,6 +734,39 @@ async fn what_a_command_tool_makes_of_watched_files_is_moved_aside() {
     }
 }
 
+/// The spill directory, where toolmux writes full outputs and background tasks' logs, is
+/// read-only to commands where they could write it (the default one is in `/tmp`): a
+/// command could rewrite the full output the model is pointed to, or rename the folder
+/// and put another in its place. It stays readable, and toolmux still writes there.
+#[tokio::test]
+async fn the_spill_directory_is_read_only_to_commands() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let spill = root.join("spill");
+    let bash = BashConfig { spill_dir: Some(spill.clone()), ..BashConfig::default() };
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(bash);
+    let fs = FsProvider::new(config).unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    let run = async |command: &str| {
+        let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await;
+        out.unwrap()
+    };
+    let text = run("echo x > spill/forged; mv spill moved; echo done").await.to_text();
+    assert!(text.contains("done"), "{text}");
+    assert!(!spill.join("forged").exists() && !root.join("moved").exists(), "{text}");
+    let out = run("seq 1 200000").await;
+    let file = out.extras["stdoutFile"].as_str().expect("spilled").to_owned();
+    assert!(file.starts_with(&spill.display().to_string()), "{file}");
+    let text = run(&format!("tail -n 1 {file}; echo x >> {file}")).await.to_text();
+    assert!(text.contains("200000"), "{text}");
+    assert!(std::fs::read_to_string(&file).unwrap().ends_with("200000\n"));
+}
+
 /// In mode `readOnly` nothing beneath the root is writable, but what the `hide` lines name
 /// is still not there for a command.
 #[tokio::test]
