@@ -9,6 +9,7 @@ use crate::{Credentials, RestError, TokenAuthMethod};
 use futures::StreamExt as _;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
@@ -33,12 +34,19 @@ pub(crate) struct Auth {
     schemes: BTreeMap<String, SecurityScheme>,
     credentials: BTreeMap<String, Credentials>,
     /// Tokens by scheme and the scopes they were asked with (space-separated).
-    tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
+    tokens: std::sync::Mutex<HashMap<TokenKey, (String, Instant)>>,
+    /// One lock per token key, held while that token is fetched: concurrent calls needing
+    /// the same token share one request, and a call needing another token (or one already
+    /// cached) never waits behind it.
+    fetching: std::sync::Mutex<HashMap<TokenKey, Arc<Mutex<()>>>>,
     /// The tokens fetched, newest last (at most [`FETCHED_KEPT`]): no configuration names
     /// them, so neither the loader's secrets nor the orchestrator's redactor know them,
     /// and the provider keeps them out of everything it returns itself.
     fetched: std::sync::Mutex<Vec<String>>,
 }
+
+/// A cached token's scheme and the scopes it was asked with (space-separated).
+type TokenKey = (String, String);
 
 /// How many fetched tokens are kept for redaction: a token outlives its replacement in
 /// the caches of other clients and in echoes of earlier requests, but not by hundreds.
@@ -52,7 +60,8 @@ impl Auth {
         Auth {
             schemes,
             credentials,
-            tokens: Mutex::new(HashMap::new()),
+            tokens: std::sync::Mutex::default(),
+            fetching: std::sync::Mutex::default(),
             fetched: std::sync::Mutex::default(),
         }
     }
@@ -241,8 +250,15 @@ impl Auth {
 
     /// Forgets cached tokens of `schemes`, after the API rejected one.
     pub(crate) async fn invalidate(&self, schemes: &[String]) {
-        let mut tokens = self.tokens.lock().await;
+        let mut tokens = self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         tokens.retain(|(scheme, _), _| !schemes.contains(scheme));
+    }
+
+    /// The cached token of `key`, unless it expires within [`REFRESH_MARGIN`].
+    fn cached(&self, key: &TokenKey) -> Option<String> {
+        let tokens = self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (token, expires) = tokens.get(key)?;
+        (Instant::now() + REFRESH_MARGIN < *expires).then(|| token.clone())
     }
 
     async fn token(
@@ -257,14 +273,20 @@ impl Auth {
         // The configuration's scopes, else those the operation's requirement names.
         let scopes = if credentials.scopes.is_empty() { scopes } else { &credentials.scopes };
         let key = (scheme.to_owned(), scopes.join(" "));
-        // Holding the lock while fetching makes concurrent calls share one token request.
-        // The request is bounded by `TOKEN_TIMEOUT` and every waiter by its own call's
-        // timeout, within which the provider runs the whole call.
-        let mut tokens = self.tokens.lock().await;
-        if let Some((token, expires)) = tokens.get(&key)
-            && Instant::now() + REFRESH_MARGIN < *expires
-        {
-            return Ok(token.clone());
+        if let Some(token) = self.cached(&key) {
+            return Ok(token);
+        }
+        // Holding the key's lock while fetching makes concurrent calls share one token
+        // request. The request is bounded by `TOKEN_TIMEOUT` and every waiter by its own
+        // call's timeout, within which the provider runs the whole call.
+        let lock = {
+            let mut fetching =
+                self.fetching.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            fetching.entry(key.clone()).or_default().clone()
+        };
+        let _fetching = lock.lock().await;
+        if let Some(token) = self.cached(&key) {
+            return Ok(token);
         }
         let fail = |message: String| RestError::Token {
             tool: tool.to_owned(),
@@ -387,7 +409,10 @@ impl Auth {
             let over = fetched.len().saturating_sub(FETCHED_KEPT);
             fetched.drain(..over);
         }
-        tokens.insert(key, (token.clone(), Instant::now() + lifetime));
+        self.tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, (token.clone(), Instant::now() + lifetime));
         Ok(token)
     }
 }

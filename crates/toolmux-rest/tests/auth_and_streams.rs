@@ -736,3 +736,49 @@ async fn a_relative_token_url_of_a_file_document_resolves_against_the_base_url()
     let shown = error.to_string();
     assert!(shown.contains("set `baseUrl`"), "{shown}");
 }
+
+/// A call whose token is cached does not wait behind another scope's token request: the
+/// endpoint stalls for the `write` scope, and a `read` call with its token cached finishes
+/// while that request is still under way.
+#[tokio::test]
+async fn a_cached_token_is_not_held_up_by_another_scopes_slow_request() {
+    let write_asked = Arc::new(tokio::sync::Notify::new());
+    let asked = write_asked.clone();
+    let base = serve(move |seen| {
+        if !seen.request_line().starts_with("POST /token") {
+            return Reply::json(200, echo(&seen));
+        }
+        let body = String::from_utf8_lossy(&seen.body).into_owned();
+        let mut reply = Reply::json(200, json!({"access_token": "tok", "expires_in": 3600}));
+        if body.contains("scope=write") {
+            asked.notify_one();
+            reply.chunks[0].0 = 5_000;
+        }
+        reply
+    })
+    .await;
+    let mut document = secured_document(&base);
+    document["paths"]["/write"] =
+        json!({"post": {"operationId": "write", "security": [{"oauth": ["write"]}]}});
+    let mut auth = credentials();
+    auth.get_mut("oauth").unwrap().scopes.clear();
+    let config = OpenApiConfig { auth, timeout_ms: Some(20_000), ..OpenApiConfig::default() };
+    let provider = RestProvider::openapi_from_value("s", document, "s.json", &config).unwrap();
+    call(&provider, "oauth").await;
+    let ctx = CallContext::new();
+    let slow = provider.call("write", json!({}), &ctx);
+    let cached = async {
+        write_asked.notified().await;
+        provider.call("oauth", json!({}), &ctx).await
+    };
+    let first = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        tokio::select! {
+            out = cached => ("cached", out),
+            out = slow => ("slow", out),
+        }
+    })
+    .await
+    .expect("a call ended");
+    assert_eq!(first.0, "cached", "the cached call waited for the other scope's token");
+    assert!(!first.1.unwrap().is_error);
+}
