@@ -709,6 +709,24 @@ fn async_external(
     (store.clone(), ExternalProvider::new(&tools, store).unwrap())
 }
 
+/// An asynchronous call of `tool` with `arguments`, made by run `run` (a listening agent's
+/// earlier cycle), for a test to open in a pending store and answer.
+fn pending_call(tool: &str, arguments: Value, run: &str) -> toolmux_external::PendingCall {
+    toolmux_external::PendingCall {
+        call_id: String::new(),
+        tool: tool.into(),
+        arguments,
+        run_id: run.into(),
+        owner: None,
+        execution_type: toolmux_external::ExecutionType::External,
+        is_async: true,
+        visible: false,
+        created_ms: 0,
+        status: Default::default(),
+        expires_ms: 0,
+    }
+}
+
 /// A sub-agent shares its caller's run but not its inbox: each gets the results of its
 /// own asynchronous calls, not the other's.
 #[tokio::test]
@@ -2296,7 +2314,7 @@ async fn a_batch_shows_its_calls_images() {
 #[tokio::test]
 async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
     use toolmux_agent::{ListenEnd, ListenOptions};
-    use toolmux_external::{ExternalResult, PendingCall, PendingStore};
+    use toolmux_external::{ExternalResult, PendingStore};
     let (store, external) = async_external("build", "Starts a build");
     // The cycle's first model call fails: the cycle is tried again on its conversation,
     // so what woke it (taken from the inbox) is not lost.
@@ -2315,19 +2333,7 @@ async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
     let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
 
     // A call made by an earlier cycle of the same run is answered later.
-    let call = PendingCall {
-        call_id: String::new(),
-        tool: "external__build".into(),
-        arguments: json!({}),
-        run_id: "listening".into(),
-        owner: None,
-        execution_type: toolmux_external::ExecutionType::External,
-        is_async: true,
-        visible: false,
-        created_ms: 0,
-        status: Default::default(),
-        expires_ms: 0,
-    };
+    let call = pending_call("external__build", json!({}), "listening");
     let id = store.open(call).await.unwrap();
     let answer = {
         let store = store.clone();
@@ -2375,7 +2381,7 @@ async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
 #[tokio::test(start_paused = true)]
 async fn a_listening_agent_whose_credentials_are_refused_stops_saying_so() {
     use toolmux_agent::ListenOptions;
-    use toolmux_external::{ExternalResult, PendingCall, PendingStore};
+    use toolmux_external::{ExternalResult, PendingStore};
     let (store, external) = async_external("build", "Starts a build");
     let mut model = ScriptedModel::new("m");
     for _ in 0..4 {
@@ -2390,19 +2396,7 @@ async fn a_listening_agent_whose_credentials_are_refused_stops_saying_so() {
     let model = Arc::new(model);
     let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
     let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
-    let call = PendingCall {
-        call_id: String::new(),
-        tool: "external__build".into(),
-        arguments: json!({}),
-        run_id: "listening".into(),
-        owner: None,
-        execution_type: toolmux_external::ExecutionType::External,
-        is_async: true,
-        visible: false,
-        created_ms: 0,
-        status: Default::default(),
-        expires_ms: 0,
-    };
+    let call = pending_call("external__build", json!({}), "listening");
     let id = store.open(call).await.unwrap();
     let result = ExternalResult { result: json!("build 42 is green"), is_error: false };
     store.resolve(&id, result).await.unwrap();
@@ -2424,7 +2418,7 @@ async fn a_listening_agent_whose_credentials_are_refused_stops_saying_so() {
 #[tokio::test]
 async fn a_listening_agent_gets_results_over_the_size_cap_over_cycles() {
     use toolmux_agent::{ListenEnd, ListenOptions};
-    use toolmux_external::{ExternalResult, PendingCall, PendingStore};
+    use toolmux_external::{ExternalResult, PendingStore};
     let (store, external) = async_external("build", "Starts a build");
     let model = Arc::new(
         ScriptedModel::new("m")
@@ -2437,19 +2431,7 @@ async fn a_listening_agent_gets_results_over_the_size_cap_over_cycles() {
     let (agents, orchestrator) =
         start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
     for target in 0..3 {
-        let call = PendingCall {
-            call_id: String::new(),
-            tool: "external__build".into(),
-            arguments: json!({"target": target}),
-            run_id: "listening".into(),
-            owner: None,
-            execution_type: toolmux_external::ExecutionType::External,
-            is_async: true,
-            visible: false,
-            created_ms: 0,
-            status: Default::default(),
-            expires_ms: 0,
-        };
+        let call = pending_call("external__build", json!({"target": target}), "listening");
         let id = store.open(call).await.unwrap();
         let result = ExternalResult { result: json!("built ".repeat(40)), is_error: false };
         store.resolve(&id, result).await.unwrap();
