@@ -435,6 +435,11 @@ impl ToolEventStream {
     /// The next chunk to send (an event or a keep-alive comment); `None` when the source
     /// or the server ends.
     async fn next(&mut self) -> Option<Bytes> {
+        // One deadline for the whole wait: the events this stream does not pass (others'
+        // runs, progress a gate holds back) send nothing, so they must not put it off, or
+        // a quiet holder's stream sends no byte for as long as others are busy.
+        let keep_alive = tokio::time::sleep(KEEP_ALIVE);
+        tokio::pin!(keep_alive);
         loop {
             let event = tokio::select! {
                 biased;
@@ -444,8 +449,8 @@ impl ToolEventStream {
                 }
                 () = self.shutdown.cancelled() => return None,
                 next = futures::StreamExt::next(&mut self.events) => next?,
-                () = tokio::time::sleep(KEEP_ALIVE) => {
-                    return Some(Bytes::from_static(b": keep-alive\n\n"));
+                () = &mut keep_alive => {
+                    return Some(Bytes::from_static(KEEP_ALIVE_COMMENT));
                 }
             };
             if self.scope.admits(&event) {
@@ -1096,6 +1101,42 @@ mod tests {
             data: json!({"missed": 3}),
         };
         assert!(scope.admits(&lagged));
+    }
+
+    /// A holder whose stream passes nothing gets a keep-alive comment every
+    /// [`KEEP_ALIVE`] however busy others are: the events it does not pass do not put the
+    /// comment off. (Each of them started the wait over, so a stream of others' events
+    /// more often than every 15 s kept the stream silent until a proxy cut it.)
+    #[tokio::test(start_paused = true)]
+    async fn others_events_do_not_put_off_a_keep_alive() {
+        let (events, others) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut stream = ToolEventStream {
+            events: Box::pin(futures::stream::unfold(others, |mut others| async move {
+                Some((others.recv().await?, others))
+            })),
+            scope: EventScope::new(Some("alice".into()), Query::default()),
+            gates: std::collections::HashMap::new(),
+            tx,
+            rx,
+            shutdown: CancellationToken::new(),
+        };
+        let busy = tokio::spawn(async move {
+            for op in 1.. {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let started = event("tool.started", op, Some("key:bob/r1"), "fs__grep");
+                if events.send(started).is_err() {
+                    return;
+                }
+            }
+        });
+        for _ in 0..3 {
+            let chunk = tokio::time::timeout(KEEP_ALIVE + Duration::from_secs(1), stream.next())
+                .await
+                .expect("a keep-alive comment within its interval");
+            assert_eq!(chunk.as_deref(), Some(KEEP_ALIVE_COMMENT));
+        }
+        busy.abort();
     }
 
     #[test]
