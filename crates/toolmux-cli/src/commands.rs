@@ -137,18 +137,40 @@ pub(crate) fn for_stderr(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// The secrets of the configuration, for what this process prints outside the pipeline
-/// (its last error, its log): set once, after loading.
-static SECRETS: std::sync::OnceLock<toolmux::toolmux_orchestrator::Redactor> =
-    std::sync::OnceLock::new();
+/// (its last error, its log): kept after loading, and again after each `serve --watch`
+/// reload.
+static SECRETS: std::sync::RwLock<Option<Kept>> = std::sync::RwLock::new(None);
 
-/// Keeps `loaded`'s secrets for [`redacted`] and the log.
+/// The secrets kept so far and their redactor.
+#[derive(Debug)]
+struct Kept {
+    secrets: Vec<String>,
+    redactor: Arc<toolmux::toolmux_orchestrator::Redactor>,
+}
+
+/// Keeps `loaded`'s secrets for [`redacted`] and the log, beside those kept before: a
+/// reloaded configuration's new secrets are cut from what its servers print, and the
+/// previous one's still are, from what its servers print while they stop.
 pub(crate) fn keep_secrets(loaded: &Loaded) {
-    let _ = SECRETS.set(toolmux::toolmux_orchestrator::Redactor::new(loaded.secrets.clone()));
+    let mut kept = SECRETS.write().unwrap_or_else(|e| e.into_inner());
+    let mut secrets = kept.as_ref().map(|k| k.secrets.clone()).unwrap_or_default();
+    let known = secrets.len();
+    for secret in &loaded.secrets {
+        if !secrets.contains(secret) {
+            secrets.push(secret.clone());
+        }
+    }
+    if kept.is_none() || secrets.len() > known {
+        let redactor = Arc::new(toolmux::toolmux_orchestrator::Redactor::new(secrets.clone()));
+        *kept = Some(Kept { secrets, redactor });
+    }
 }
 
 /// `text` without the configuration's secrets (as it is before they are known).
 pub(crate) fn redacted(text: &str) -> std::borrow::Cow<'_, str> {
-    match SECRETS.get() {
+    let redactor =
+        SECRETS.read().unwrap_or_else(|e| e.into_inner()).as_ref().map(|k| k.redactor.clone());
+    match redactor {
         Some(redactor) => redactor.redact(text),
         None => std::borrow::Cow::Borrowed(text),
     }

@@ -9,7 +9,9 @@
 //! [`DRAIN`]). MCP servers whose configuration did not change are taken over running, not
 //! restarted, and external calls waiting for results stay answerable. The API keys of
 //! `serve.apiKeys` are replaced with the new ones from the next request on; a change of
-//! `serve.oauth`, read only at the start, is refused (restart to change it). Statistics
+//! `serve.oauth`, read only at the start, is refused (restart to change it). The new
+//! configuration's secrets are cut from what this process prints (its log, what servers
+//! print on stderr), beside those of the configurations before. Statistics
 //! carry over; the listening address and the serve options of the command line stay as
 //! they were started.
 
@@ -432,6 +434,8 @@ pub(crate) async fn watch(
                 continue;
             }
         };
+        // What the new configuration's servers print is redacted from their start on.
+        crate::commands::keep_secrets(&loaded);
         // Counts so far go to the file, so the new orchestrator starts from them.
         let old = current.get();
         if let Err(e) = old.save_stats().await {

@@ -1618,3 +1618,32 @@ fn watch_refuses_a_change_of_serve_oauth() {
     let (code, stderr) = gateway.stop();
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// A secret that only a reloaded configuration holds is cut from what the gateway prints:
+/// here a server added by the reload prints its `env` token on stderr and exits, and both
+/// the log's line of its stderr (`-vv`) and the warning quoting it say `[redacted]`. The
+/// log's redactor was made once, from the first file, and let the token through.
+#[test]
+fn watch_redacts_the_secrets_of_a_reloaded_configuration() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "fs: {}\n");
+    project
+        .file("bad-server.sh", "#!/bin/sh\necho \"bad-server says: token $TOKEN\" >&2\nexit 2\n");
+    let script = project.path().join("bad-server.sh");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let mut gateway = Followed::of(serve_http_with(&project, &["--watch", "-vv"]));
+    project.file(
+        "toolmux.yaml",
+        "fs: {}\nmcpServers:\n  bad:\n    command: ./bad-server.sh\n    env:\n      \
+         TOKEN: tok-reloaded-5e4d3c2b1a\n",
+    );
+    gateway.wait_for("provider `bad` failed to start");
+    let (code, stderr) = gateway.stop();
+    assert_eq!(code, 0, "{stderr}");
+    let logged =
+        stderr.lines().filter(|l| l.contains("stderr: bad-server says")).collect::<Vec<_>>();
+    assert!(!logged.is_empty(), "the log has the server's stderr: {stderr}");
+    assert!(!stderr.contains("tok-reloaded-5e4d3c2b1a"), "the env value is a secret: {logged:?}");
+    assert!(logged.iter().all(|l| l.contains("token [redacted]")), "{logged:?}");
+}
