@@ -275,7 +275,14 @@ pub(crate) fn build(
     // A path written without its leading `/` (`{tenant}/items`) still starts the URL's
     // path: glued to the server, an argument would extend its host name.
     let slash = if path.starts_with('/') { "" } else { "/" };
-    let mut url = format!("{}{slash}{path}", base_url.trim_end_matches('/'));
+    // A server URL with a query (`https://h/v1?tenant=acme`) keeps it after the path,
+    // ahead of the operation's own query parameters.
+    let (base, base_query) = base_url.split_once('?').unwrap_or((base_url, ""));
+    let mut url = format!("{}{slash}{path}", base.trim_end_matches('/'));
+    let query: Vec<&str> = std::iter::once(base_query)
+        .filter(|q| !q.is_empty())
+        .chain(query.iter().map(String::as_str))
+        .collect();
     if !query.is_empty() {
         url.push(if url.contains('?') { '&' } else { '?' });
         url.push_str(&query.join("&"));

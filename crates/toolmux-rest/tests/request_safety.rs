@@ -1090,3 +1090,28 @@ fn configured_values_no_header_can_carry_are_refused_at_load() {
     assert!(shown.contains("`headers.Authorization` holds a line break"), "{shown}");
     assert!(!shown.contains(secret), "{shown}");
 }
+
+/// A `baseUrl` with a query (`…/v1?tenant=acme`) keeps it after the operation's path,
+/// joined with the operation's own query parameters; without one, the path was appended
+/// inside the query.
+#[tokio::test]
+async fn a_base_url_query_goes_after_the_path() {
+    let (base, lines) = recording_server().await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "q", "version": "1"},
+        "paths": {"/items/{id}": {"get": {"operationId": "item", "parameters": [
+            {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
+            {"name": "q", "in": "query", "schema": {"type": "string"}}]}}}});
+    let config = OpenApiConfig {
+        base_url: Some(format!("{base}/v1/?tenant=acme")),
+        ..OpenApiConfig::default()
+    };
+    let provider = RestProvider::openapi_from_value("q", doc, "q.json", &config).unwrap();
+    for (args, line) in [
+        (json!({"id": "7", "q": "x y"}), "GET /v1/items/7?tenant=acme&q=x%20y HTTP/1.1"),
+        (json!({"id": "8"}), "GET /v1/items/8?tenant=acme HTTP/1.1"),
+    ] {
+        let out = provider.call("item", args, &CallContext::new()).await.unwrap();
+        assert!(!out.is_error, "{}", out.to_text());
+        assert_eq!(lines.lock().unwrap().last().unwrap(), line);
+    }
+}
