@@ -682,35 +682,17 @@ async fn refusing_with(
     name: &'static str,
     value: &'static str,
 ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = requests.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            tokio::spawn(async move {
-                // The request is read to its head's end and not further: the answer is
-                // the same whatever it asks.
-                let mut head = Vec::new();
-                let mut buffer = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buffer[..n]),
-                    }
-                }
-                let body = api_error("try later");
-                let answer = format!(
-                    "HTTP/1.1 {status} Refused\r\ncontent-type: application/json\r\n\
-                     {name}: {value}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(answer.as_bytes()).await;
-            });
-        }
-    });
+    use tokio::io::AsyncWriteExt;
+    let (addr, requests) = crate::raw_server(move |mut stream| async move {
+        let body = api_error("try later");
+        let answer = format!(
+            "HTTP/1.1 {status} Refused\r\ncontent-type: application/json\r\n\
+             {name}: {value}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(answer.as_bytes()).await;
+    })
+    .await;
     let base = match dialect {
         Dialect::OpenAi => format!("http://{addr}/v1"),
         Dialect::Anthropic => format!("http://{addr}"),

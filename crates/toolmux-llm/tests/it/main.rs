@@ -27,6 +27,41 @@ const KEY: &str = "sk-test-9f3c-SECRET-key-71ab";
 
 const DIALECTS: [Dialect; 2] = [Dialect::OpenAi, Dialect::Anthropic];
 
+/// A loopback server of raw HTTP that reads each request to the end of its head (the
+/// answer is the same whatever it asks) and then hands the connection to `answer`; every
+/// connection accepted is counted in the returned counter. Returns its address.
+async fn raw_server<F, Fut>(
+    answer: F,
+) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut chunk = [0u8; 8192];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut chunk).await {
+                        Ok(n) if n > 0 => head.extend_from_slice(&chunk[..n]),
+                        _ => return,
+                    }
+                }
+                answer(socket).await;
+            });
+        }
+    });
+    (addr, requests)
+}
+
 /// The configuration of a model served by `server`.
 fn config(dialect: Dialect, base_url: String) -> ModelConfig {
     ModelConfig {

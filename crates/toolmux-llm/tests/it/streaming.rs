@@ -356,33 +356,20 @@ async fn a_stream_is_timed_by_the_gaps_between_its_parts() {
 /// events and then only keep-alive comments (`: ping`), one every `every`, until the client
 /// goes. Returns its base URL.
 async fn pinging_server(every: Duration) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut chunk = [0u8; 8192];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut chunk).await {
-                        Ok(n) if n > 0 => head.extend_from_slice(&chunk[..n]),
-                        _ => return,
-                    }
-                }
-                let reply = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                             connection: close\r\n\r\n";
-                if socket.write_all(reply.as_bytes()).await.is_err() {
-                    return;
-                }
-                // Ends when the client has gone and a write fails.
-                while socket.write_all(b": ping\n\n").await.is_ok() {
-                    tokio::time::sleep(every).await;
-                }
-            });
+    use tokio::io::AsyncWriteExt;
+    let (addr, _) = crate::raw_server(move |mut socket| async move {
+        let reply = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                     connection: close\r\n\r\n";
+        if socket.write_all(reply.as_bytes()).await.is_err() {
+            return;
         }
-    });
-    base
+        // Ends when the client has gone and a write fails.
+        while socket.write_all(b": ping\n\n").await.is_ok() {
+            tokio::time::sleep(every).await;
+        }
+    })
+    .await;
+    format!("http://{addr}")
 }
 
 /// A stream kept open by keep-alive pings alone ends at ten times `timeoutMs`, and the
@@ -428,31 +415,19 @@ async fn a_stream_of_pings_alone_ends_at_ten_times_timeout_ms_saying_so() {
 /// base URL.
 async fn stalling_json_server() -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut chunk = [0u8; 8192];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut chunk).await {
-                        Ok(n) if n > 0 => head.extend_from_slice(&chunk[..n]),
-                        _ => return,
-                    }
-                }
-                let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
-                             content-length: 1000\r\nconnection: close\r\n\r\n{";
-                if socket.write_all(reply.as_bytes()).await.is_err() {
-                    return;
-                }
-                // Holds the connection until the client goes (the rest of the request
-                // body, if any, then the end).
-                while matches!(socket.read(&mut chunk).await, Ok(n) if n > 0) {}
-            });
+    let (addr, _) = crate::raw_server(|mut socket| async move {
+        let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                     content-length: 1000\r\nconnection: close\r\n\r\n{";
+        if socket.write_all(reply.as_bytes()).await.is_err() {
+            return;
         }
-    });
-    base
+        // Holds the connection until the client goes (the rest of the request body, if
+        // any, then the end).
+        let mut chunk = [0u8; 8192];
+        while matches!(socket.read(&mut chunk).await, Ok(n) if n > 0) {}
+    })
+    .await;
+    format!("http://{addr}")
 }
 
 /// Asked for a stream, an answer that comes in one piece (a server that ignores
