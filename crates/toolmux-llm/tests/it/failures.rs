@@ -683,7 +683,7 @@ async fn refusing_with(
     value: &'static str,
 ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     use tokio::io::AsyncWriteExt;
-    let (addr, requests) = crate::raw_server(move |mut stream| async move {
+    let (addr, requests) = raw_server(move |mut stream| async move {
         let body = api_error("try later");
         let answer = format!(
             "HTTP/1.1 {status} Refused\r\ncontent-type: application/json\r\n\

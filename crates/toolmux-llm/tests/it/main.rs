@@ -35,7 +35,7 @@ async fn raw_server<F, Fut>(
 ) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>)
 where
     F: Fn(tokio::net::TcpStream) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
 {
     use tokio::io::AsyncReadExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

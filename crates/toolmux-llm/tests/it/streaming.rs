@@ -357,7 +357,7 @@ async fn a_stream_is_timed_by_the_gaps_between_its_parts() {
 /// goes. Returns its base URL.
 async fn pinging_server(every: Duration) -> String {
     use tokio::io::AsyncWriteExt;
-    let (addr, _) = crate::raw_server(move |mut socket| async move {
+    let (addr, _) = raw_server(move |mut socket| async move {
         let reply = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
                      connection: close\r\n\r\n";
         if socket.write_all(reply.as_bytes()).await.is_err() {
@@ -415,7 +415,7 @@ async fn a_stream_of_pings_alone_ends_at_ten_times_timeout_ms_saying_so() {
 /// base URL.
 async fn stalling_json_server() -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (addr, _) = crate::raw_server(|mut socket| async move {
+    let (addr, _) = raw_server(|mut socket| async move {
         let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
                      content-length: 1000\r\nconnection: close\r\n\r\n{";
         if socket.write_all(reply.as_bytes()).await.is_err() {
