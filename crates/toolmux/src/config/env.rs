@@ -784,7 +784,7 @@ fn is_machine(name: &str) -> bool {
 }
 
 /// An environment variable name: a letter or `_`, then letters, digits, `_`.
-fn is_name(name: &str) -> bool {
+pub(crate) fn is_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')

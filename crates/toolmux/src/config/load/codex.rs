@@ -138,7 +138,21 @@ pub(super) fn read(mut value: Value, source: &Source<'_>) -> Result<Converted, T
                 ));
             }
             // Headers from the environment become `${VAR}` references, expanded (and kept
-            // secret) with the rest; an unset variable is an error naming it.
+            // secret) with the rest; an unset variable is an error naming it. A name that
+            // is none (`MY-TOKEN`) would change the reference (`${MY-TOKEN}` is `MY` with
+            // the default `TOKEN`), so it is refused.
+            let named = |key: &str, var: String| -> Result<String, ToolmuxError> {
+                if crate::config::env::is_name(&var) {
+                    return Ok(var);
+                }
+                Err(source.error(
+                    super::super::toml::position(source.text, key),
+                    format!(
+                        "{key}: `{var}` is not an environment variable's name; a name is \
+                         letters, digits and `_`, not starting with a digit"
+                    ),
+                ))
+            };
             let mut headers = match server.remove("http_headers") {
                 Some(Value::Object(h)) => h,
                 _ => serde_json::Map::new(),
@@ -165,14 +179,17 @@ pub(super) fn read(mut value: Value, source: &Source<'_>) -> Result<Converted, T
                             ));
                         }
                     };
+                let var = named(&format!("{at}.auth.token_env_var"), var)?;
                 headers.insert("Authorization".into(), Value::String(format!("Bearer ${{{var}}}")));
             }
             if let Some(Value::String(var)) = server.remove("bearer_token_env_var") {
+                let var = named(&format!("{at}.bearer_token_env_var"), var)?;
                 headers.insert("Authorization".into(), Value::String(format!("Bearer ${{{var}}}")));
             }
             if let Some(Value::Object(from_env)) = server.remove("env_http_headers") {
                 for (header, var) in from_env {
                     if let Value::String(var) = var {
+                        let var = named(&format!("{at}.env_http_headers.{header}"), var)?;
                         headers.insert(header, Value::String(format!("${{{var}}}")));
                     }
                 }

@@ -699,6 +699,29 @@ fn codex_config_errors_have_lines() {
             "toolmux.toml: unset environment variable NO_SUCH_TOKEN in mcp_servers.a.http_headers.Authorization (set it, or give a default: ${NO_SUCH_TOKEN:-value})"
         ],
     );
+    // Names pasted into `${...}` must be names: `MY-TOKEN` would be `MY`, default `TOKEN`.
+    check_error(
+        FileFormat::Toml,
+        "[mcp_servers.a]\nurl = \"http://127.0.0.1:1/mcp\"\nbearer_token_env_var = \"MY-TOKEN\"\n",
+        expect![
+            "toolmux.toml:3:1: mcp_servers.a.bearer_token_env_var: `MY-TOKEN` is not an environment variable's name; a name is letters, digits and `_`, not starting with a digit"
+        ],
+    );
+    check_error(
+        FileFormat::Toml,
+        "[mcp_servers.a]\nurl = \"http://127.0.0.1:1/mcp\"\nauth = {token_env_var = \"A}B\"}\n",
+        expect![
+            "toolmux.toml:3:9: mcp_servers.a.auth.token_env_var: `A}B` is not an environment variable's name; a name is letters, digits and `_`, not starting with a digit"
+        ],
+    );
+    check_error(
+        FileFormat::Toml,
+        "[mcp_servers.a]\nurl = \"http://127.0.0.1:1/mcp\"\n\n[mcp_servers.a.env_http_headers]\n\
+         X-Key = \"1KEY\"\n",
+        expect![
+            "toolmux.toml:5:1: mcp_servers.a.env_http_headers.X-Key: `1KEY` is not an environment variable's name; a name is letters, digits and `_`, not starting with a digit"
+        ],
+    );
     check_error(
         FileFormat::Toml,
         "[mcp_servers.a]\ncommand = \"a\n",
