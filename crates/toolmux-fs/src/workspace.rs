@@ -751,12 +751,13 @@ impl Workspace {
             tool: "write",
             message: format!("`{}` does not name a file", path.given),
         })?;
-        if !parent.as_os_str().is_empty() {
-            self.dir.create_dir_all(&parent).map_err(err)?;
-        }
-        // The parent exists now, so where the file lands is known exactly: checked again,
-        // on the folder opened, in case the path changed since the tool checked it.
-        let (parent_dir, landing) = self.open_folder(path, &parent, err)?;
+        let exists = parent.as_os_str().is_empty() || self.dir.metadata(&parent).is_ok();
+        // Where the file lands is known exactly: checked again, on the folder opened, in
+        // case the path changed since the tool checked it.
+        let (parent_dir, landing) = match exists {
+            true => self.open_folder(path, &parent, err)?,
+            false => self.make_folders(path, &parent, &name, err)?,
+        };
         self.check_access(path, &landing.join(&name), Access::Write)?;
         let existing = match parent_dir.symlink_metadata(&name) {
             Ok(meta) if meta.is_dir() => {
@@ -909,6 +910,70 @@ impl Workspace {
             return Err(FsError::PathChanged { path: path.given.clone() });
         }
         Ok((folder, landing))
+    }
+
+    /// Makes the missing folders of `parent` (relative to the root, missing) for the file
+    /// `name` of `path`, and opens the last, as [`Workspace::open_folder`] opens an
+    /// existing one. The folders that exist are resolved first (symlinks followed), and
+    /// where the file would land is checked before any folder is made; the folders are
+    /// then opened and made one name at a time from the last that exists, following no
+    /// symlink. Made by path, they followed any symlink a command had swapped in since the
+    /// check (a folder turned into a link to `.git`), and the file refused there left the
+    /// folders behind. A symlink met on the way is refused as a path that changed.
+    fn make_folders(
+        &self,
+        path: &Resolved,
+        parent: &Path,
+        name: &Path,
+        err: impl Fn(io::Error) -> FsError,
+    ) -> Result<(Dir, PathBuf), FsError> {
+        use rustix::fs::{Mode, OFlags};
+        let parts: Vec<Component<'_>> = parent.components().collect();
+        // The longest part of `parent` that is there, resolved (`.` at worst, the root).
+        let (base, missing) = (0..parts.len())
+            .rev()
+            .find_map(|keep| {
+                let prefix: PathBuf = parts[..keep].iter().collect();
+                let prefix = if keep == 0 { PathBuf::from(".") } else { prefix };
+                let base = self.canonicalize(&prefix).ok()?;
+                Some((without_dots(&base), &parts[keep..]))
+            })
+            .unwrap_or_default();
+        let names: Vec<&std::ffi::OsStr> = missing
+            .iter()
+            .filter(|part| **part != Component::CurDir)
+            .map(|part| match part {
+                Component::Normal(name) => Ok(*name),
+                _ => Err(FsError::InvalidArguments {
+                    tool: "write",
+                    message: format!(
+                        "`{}` goes up (`..`) from a folder that does not exist yet: give the \
+                         path without `..`",
+                        path.given
+                    ),
+                }),
+            })
+            .collect::<Result<_, _>>()?;
+        let landing = names.iter().fold(base.clone(), |folder, name| folder.join(name));
+        self.check_access(path, &landing.join(name), Access::Write)?;
+        let changed = |e: io::Error| match e.raw_os_error() {
+            Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV) => {
+                FsError::PathChanged { path: path.given.clone() }
+            }
+            _ => err(e),
+        };
+        let mut folder = self.open_beneath(&base).map_err(changed)?;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        for name in names {
+            match rustix::fs::mkdirat(&folder, name, Mode::from_raw_mode(0o777)) {
+                // Made by another call meanwhile: a folder is opened, anything else refused.
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(changed(e.into())),
+            }
+            let next = rustix::fs::openat(&folder, name, flags, Mode::empty());
+            folder = next.map_err(|e| changed(e.into()))?.into();
+        }
+        Ok((Dir::from_std_file(folder), landing))
     }
 
     /// Where a write to `path` lands: the path itself, or the target of a symlink at it.

@@ -466,6 +466,53 @@ async fn a_write_racing_a_symlink_swap_says_the_path_changed() {
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "written outside");
 }
 
+/// Writes into a new folder of a folder swapped between a symlink to a folder inside and one
+/// to `.git`, in a loop: whichever a write meets, no folder is made inside `.git`. The
+/// folders were made following the symlink after the path was checked, and only the file
+/// was refused there, leaving the empty folder. Whether a write meets the swap between its
+/// check and the folder's creation is up to the race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_racing_a_symlink_swap_makes_no_folder_where_writing_is_refused() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fx = Fixture::new();
+    std::fs::create_dir(fx.root().join(".git")).unwrap();
+    std::fs::create_dir(fx.root().join("inside")).unwrap();
+    std::os::unix::fs::symlink("inside", fx.root().join("sub")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = std::thread::spawn({
+        let (stop, root) = (stop.clone(), fx.root());
+        move || {
+            while !stop.load(Ordering::Relaxed) {
+                for target in ["inside", ".git"] {
+                    let _ = std::fs::remove_file(root.join("next"));
+                    std::os::unix::fs::symlink(target, root.join("next")).unwrap();
+                    std::fs::rename(root.join("next"), root.join("sub")).unwrap();
+                }
+            }
+        }
+    });
+    let started = std::time::Instant::now();
+    let mut others = Vec::new();
+    for i in 0.. {
+        if started.elapsed() > std::time::Duration::from_secs(3) {
+            break;
+        }
+        let args = json!({"path": format!("sub/new{i}/deeper/x.txt"), "content": "x"});
+        match fx.call("write", args).await {
+            Ok(_) => {}
+            Err(e) if e.report().contains("`.git`") => {}
+            Err(e) if e.report().contains("changed while it was being written") => {}
+            Err(e) => others.push(e.report()),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(others.is_empty(), "{} other errors, such as {}", others.len(), others[0]);
+    let made: Vec<_> = std::fs::read_dir(fx.root().join(".git")).unwrap().flatten().collect();
+    assert!(made.is_empty(), "{} folders made in .git, such as {:?}", made.len(), made[0].path());
+}
+
 /// A file without its owner's write bit (0444) is not replaced, by `write` or `edit`, even
 /// when toolmux runs as root (whose permission check passes it, as these tests run): the
 /// temporary file and rename went round the mode silently.
