@@ -369,6 +369,9 @@ fn expand_variable<'a>(
     }
 }
 
+/// How deep references may nest in defaults and alternatives (`${A:-${B:-${C}}}` is 3).
+const MAX_NESTING: usize = 32;
+
 /// Expands `text` (a default or an alternative), used in place of variable `name`.
 fn expand_nested<'a>(
     text: &'a str,
@@ -378,6 +381,17 @@ fn expand_nested<'a>(
     found: &mut Expansion,
     unset: &mut Vec<String>,
 ) -> Result<(), Stop> {
+    // Each level is a recursion and a scan of the rest of the text: a file nesting
+    // thousands deep would take quadratic time and then overflow the stack.
+    if scope.instead_of.len() >= MAX_NESTING {
+        return Err(Stop::Malformed(
+            format!("${{{name}"),
+            format!(
+                "nests references more than {MAX_NESTING} deep in defaults and \
+                 alternatives (`${{A:-${{B:-...}}}}`); write fewer levels"
+            ),
+        ));
+    }
     let mut instead_of = scope.instead_of.clone();
     instead_of.push(name);
     let inner = Scope { lookup: scope.lookup, workspace: scope.workspace, instead_of };
@@ -1093,6 +1107,27 @@ mod tests {
 
     /// A reference that looks meant as a variable's but is none is an error, where it was
     /// left as text; templates and VS Code's forms are not.
+    /// References nested in defaults far past any real use are refused quickly, with the
+    /// reference and the limit, where each level recursed (and scanned the rest of the text
+    /// again) until the stack overflowed.
+    #[test]
+    fn references_nested_too_deep_are_refused() {
+        let deep = |levels: usize| "${A:-".repeat(levels) + "x" + &"}".repeat(levels);
+        let mut value = json!({"a": deep(MAX_NESTING)});
+        assert!(expand(&mut value, &env, "/ws").is_ok(), "{MAX_NESTING} levels are read");
+        assert_eq!(value["a"], "x");
+        for levels in [MAX_NESTING + 1, 50_000] {
+            let mut value = json!({"a": deep(levels)});
+            match expand(&mut value, &env, "/ws") {
+                Err(ExpandError::Malformed { reference, why, .. }) => {
+                    assert_eq!(reference, "${A");
+                    assert!(why.contains("more than 32 deep"), "{why}");
+                }
+                other => panic!("{levels}: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn malformed_references_are_errors() {
         check(
