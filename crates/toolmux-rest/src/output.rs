@@ -68,7 +68,13 @@ impl OutputCheck {
         });
         match checked {
             Ok(structured) => output.with_structured(structured),
-            Err(why) => mismatch(output, &head, &why),
+            Err(why) => {
+                // The body goes back to the model and the logs: what the API echoes of the
+                // request's credentials is redacted, as in any other error result.
+                let mut result = mismatch(output, &head, &why);
+                crate::secrets::scrub_output(&mut result, &secrets);
+                result
+            }
         }
     }
 }

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use toolmux_core::{
-    CallContext, ContentPart, PermissionClass, ToolAnnotations, ToolError, ToolKind, ToolOutput,
-    ToolProvider, ToolSpec, naming,
+    CallContext, PermissionClass, ToolAnnotations, ToolError, ToolKind, ToolOutput, ToolProvider,
+    ToolSpec, naming,
 };
 
 /// The namespace of inline tools.
@@ -484,11 +484,9 @@ impl RestProvider {
         secrets.extend(fetched.iter().cloned());
         let mut output = attempt.map_err(|e| e.redacted(&secrets))?;
         if output.is_error {
-            for part in &mut output.content {
-                if let ContentPart::Text { text } = part {
-                    *text = crate::secrets::scrub(text, &secrets);
-                }
-            }
+            // Every part: a success whose body does not match the output schema is an
+            // error result that carries the body as a JSON part.
+            crate::secrets::scrub_output(&mut output, &secrets);
         }
         if !fetched.is_empty() {
             crate::secrets::scrub_output(&mut output, &fetched);

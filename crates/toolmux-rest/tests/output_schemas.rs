@@ -389,3 +389,38 @@ async fn pattern_property_keys_are_cleaned_up_as_patterns_are() {
     assert!(!out.is_error, "{}", out.to_text());
     assert_eq!(out.structured, Some(json!({"{abc}": "v", "n1": 5})));
 }
+
+/// A success that does not match the output schema is an error result carrying the body;
+/// a configured secret the API echoes in it (a credential, a configured header's value)
+/// is redacted there too, in its JSON part as in its text.
+#[tokio::test]
+async fn a_mismatching_success_echoing_a_secret_has_it_redacted() {
+    let secret = "k-9fQ2xK7mWp";
+    let base = serve(|seen| {
+        Reply::json(200, json!({"echo": seen.header("x-api-key"), "other": seen.header("x-other")}))
+    })
+    .await;
+    let schema = json!({"type": "object", "required": ["id"],
+        "properties": {"id": {"type": "integer"}}});
+    let mut doc = v3(
+        json!({"/x": {"get": {"operationId": "op", "security": [{"key": []}],
+            "responses": {"200": json_response(schema)}}}}),
+        json!({}),
+    );
+    doc["servers"] = json!([{"url": base}]);
+    doc["components"]["securitySchemes"] =
+        json!({"key": {"type": "apiKey", "in": "header", "name": "X-Api-Key"}});
+    let mut config = OpenApiConfig::default();
+    let key = toolmux_rest::Credentials {
+        api_key: Some(secret.into()),
+        ..toolmux_rest::Credentials::default()
+    };
+    config.auth.insert("key".into(), key);
+    config.headers.insert("X-Other".into(), "h-7Rt4vQ1zLs".into());
+    let provider = RestProvider::openapi_from_value("t", doc, "t.json", &config).unwrap();
+    let out = call(&provider, "op", json!({})).await;
+    assert!(out.is_error, "{}", out.to_text());
+    let shown = serde_json::to_string(&out).unwrap();
+    assert!(!shown.contains(secret) && !shown.contains("7Rt4vQ1zLs"), "{shown}");
+    assert!(shown.contains("REDACTED"), "{shown}");
+}
