@@ -695,10 +695,32 @@ impl Workspace {
         Ok(hasher.finalize().into())
     }
 
-    /// The SHA-256 of a file's content, streamed.
+    /// [`Workspace::hash_or_fingerprint`] of the file at `canonical`, where `path` led when
+    /// it was checked, opened with no symlink followed ([`Workspace::open_regular_at`]):
+    /// what is compared is what was checked.
+    pub fn hash_or_fingerprint_at(
+        &self,
+        path: &Resolved,
+        canonical: &Path,
+        whole_max: u64,
+    ) -> Result<Hash, FsError> {
+        let err = |e| FsError::from_io(&path.given, e);
+        let (mut file, meta) = self.open_regular_at(path, canonical)?;
+        if meta.len() > whole_max {
+            return fingerprint(&file, &meta).map_err(err);
+        }
+        let mut hasher = Sha256::new();
+        io::copy(&mut file, &mut hasher).map_err(err)?;
+        Ok(hasher.finalize().into())
+    }
+
+    /// The SHA-256 of a file's content, streamed: the file where `path` leads, resolved
+    /// once and opened with no symlink followed ([`Workspace::open_regular_at`]), so that
+    /// the file hashed is the one the path was resolved to.
     pub fn hash_file(&self, path: &Resolved) -> Result<Hash, FsError> {
         let err = |e| FsError::from_io(&path.given, e);
-        let (mut file, _) = self.open_regular(path)?;
+        let canonical = self.canonical(path)?;
+        let (mut file, _) = self.open_regular_at(path, &canonical)?;
         let mut hasher = Sha256::new();
         io::copy(&mut file, &mut hasher).map_err(err)?;
         Ok(hasher.finalize().into())

@@ -197,7 +197,8 @@ fn check_existing(
         None => Ok(()),
         Some(_) => {
             // A file `read` only fingerprinted (too large to hash) is compared so.
-            let current = ws.hash_or_fingerprint(path, super::read::counted_max(limits))?;
+            let max = super::read::counted_max(limits);
+            let current = ws.hash_or_fingerprint_at(path, &canonical, max)?;
             ws.check_fresh(run, path, &canonical, &current, true)
         }
     }
@@ -249,11 +250,22 @@ impl Style {
 /// there is no file yet.
 fn existing_style(ws: &Workspace, path: &workspace::Resolved) -> Result<Option<Style>, FsError> {
     let err = |e| FsError::from_io(&path.given, e);
-    let file = match ws.open_file(&path.relative) {
+    let canonical = match ws.canonical(path) {
+        Ok(canonical) => canonical,
+        Err(FsError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // Where the path leads, opened with no symlink followed: the style is taken from the
+    // file that is checked and replaced, not from one a symlink swapped in since leads to.
+    let file = match ws.open_beneath(&canonical) {
         Ok(file) if file.metadata().is_ok_and(|m| m.is_file()) => file,
         // Not a regular file: the write itself refuses it, saying so.
         Ok(_) => return Ok(None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // A symlink on the way now, where the path was resolved without one.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV)) => {
+            return Err(FsError::PathChanged { path: path.given.clone() });
+        }
         Err(e) => return Err(err(e)),
     };
     let mut sample = Vec::new();
