@@ -755,11 +755,16 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
     } else if result.ok {
         print(result.result.as_deref().unwrap_or(""));
         if let Some(handle) = spilled_handle(&result) {
-            // The configuration names where outputs are kept: the hint reads the same one.
-            let config = match &loaded.path {
-                Some(path) => format!(" --config {}", shell_word(&path.display().to_string())),
-                None => String::new(),
-            };
+            // The configuration names where outputs are kept: the hint reads the same one,
+            // every file given with --config (a later one may set `defaults.outputDir`).
+            let added =
+                loaded.layers.iter().filter(|l| l.kind == toolmux::config::LayerKind::Added);
+            let config: String = loaded
+                .path
+                .iter()
+                .chain(added.map(|l| &l.path))
+                .map(|path| format!(" --config {}", shell_word(&path.display().to_string())))
+                .collect();
             eprintln!(
                 "note: the whole output is stored; read it with `toolmux{config} output show {handle}`"
             );

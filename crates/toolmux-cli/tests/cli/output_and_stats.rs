@@ -52,6 +52,41 @@ fn spilled_output_is_read_back() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// With two --config files, the second setting `defaults.outputDir`, the hint repeats both:
+/// it named only the first, whose output folder holds no such output.
+#[test]
+fn the_hint_to_read_a_stored_output_names_every_config_file() {
+    let project = Project::new();
+    let lines: String = (1..=300).map(|i| format!("line {i}\n")).collect();
+    project
+        .file("big.txt", &lines)
+        .file("base.yaml", "defaults:\n  toolResponseMaxBytes: 500\nfs: {}\n")
+        .file("more.yaml", "defaults:\n  outputDir: .toolmux/kept\n");
+    let base = project.path().join("base.yaml");
+    let more = project.path().join("more.yaml");
+    let run = project.run(&[
+        "--config",
+        base.to_str().expect("a UTF-8 path"),
+        "--config",
+        more.to_str().expect("a UTF-8 path"),
+        "tools",
+        "call",
+        "fs__read",
+        r#"{"path":"big.txt"}"#,
+    ]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let hint = run.stderr.split('`').nth(1).expect("a hint in backquotes").to_owned();
+    assert_eq!(hint.matches("--config").count(), 2, "{hint}");
+    let elsewhere = project.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("a folder");
+    let words: Vec<&str> = hint.split_whitespace().skip(1).collect();
+    let mut command = project.command(&words);
+    command.current_dir(&elsewhere);
+    let out = command.output().expect("runs");
+    assert!(out.status.success(), "{hint}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("line 300"), "{hint}");
+}
+
 /// An unknown handle says where it was looked for and how to read it: a handle of the right
 /// shape is most often one stored under another folder's configuration. (The message only
 /// said what handles look like, which this one does.) A word that is no handle says what
