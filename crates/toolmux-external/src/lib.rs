@@ -473,9 +473,8 @@ impl ExternalProvider {
         }
         let mut timeout = tool.timeout.map_or(DEFAULT_TIMEOUT, Duration::from_millis);
         // Fail by our own timeout, with its message, before the caller's deadline cuts.
-        if let Some(deadline) = ctx.deadline() {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            timeout = timeout.min(left.saturating_sub(Duration::from_millis(10)));
+        if let Some(left) = time_left(ctx) {
+            timeout = timeout.min(left);
         }
         // Cancelled, or dropped while it waits (the pipeline drops the call when its token
         // fires, so nothing awaited here after that would run), the call is withdrawn and
@@ -783,6 +782,15 @@ const OWN_TOOLS: [&str; 3] = ["pending", "submit", "inbox"];
 
 /// How much longer than its own wait a call may take: time to withdraw it and answer.
 pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+
+/// How long a call may wait in its store before its caller's deadline, keeping time to
+/// give up by itself, with its own message, before the deadline cuts it: a fifth of what
+/// is left, at most half of [`ANSWER_MARGIN`] (the time a folder store takes at most to
+/// give up a wait). `None` without a deadline.
+fn time_left(ctx: &CallContext) -> Option<Duration> {
+    let left = ctx.deadline()?.saturating_duration_since(tokio::time::Instant::now());
+    Some(left - (left / 5).min(ANSWER_MARGIN / 2))
+}
 
 fn own_tools() -> Vec<ToolSpec> {
     let hidden =

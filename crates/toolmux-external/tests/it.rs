@@ -729,3 +729,49 @@ async fn only_an_asynchronous_call_s_handle_is_marked_as_one() {
     assert_eq!(json_of(&result), look_alike);
     assert_eq!(result.extras.get("pendingHandle"), None, "{result:?}");
 }
+
+/// A synchronous call whose caller's deadline comes before its own timeout stops waiting
+/// early enough to give up by itself, in a calls folder too: its caller gets the tool's own
+/// message (the result goes to the inbox) and the call stays pending for a later result,
+/// rather than the pipeline's cut, which withdraws the call. Five calls give up at once,
+/// each taking the folder's lock in turn, as on a busy machine. The wait ended 10 ms before
+/// the deadline, too little for that: most of the calls were cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_with_a_tight_caller_deadline_gives_up_by_itself_in_a_folder() {
+    const N: usize = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(DirPendingStore::open(dir.path()).unwrap());
+    let mut tools = BTreeMap::new();
+    tools.insert("never".to_owned(), tool(ExecutionType::External, false, Some(60_000)));
+    let p = ExternalProvider::new(&tools, store).unwrap();
+    let calls = (0..N).map(|n| {
+        let p = p.clone();
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
+            let ctx = run(&format!("agent-{n}")).with_deadline(deadline);
+            // As the pipeline does: the call is cut (dropped) at its caller's deadline.
+            tokio::time::timeout_at(deadline, p.call("never", json!({"q": "?"}), &ctx)).await
+        })
+    });
+    let mut cut = 0;
+    for call in calls.collect::<Vec<_>>() {
+        match call.await.unwrap() {
+            Ok(out) => {
+                let out = out.expect("the call answers");
+                assert!(out.is_error);
+                let text = out.to_text();
+                assert!(text.contains("no result for `external__never`"), "{text}");
+                assert_eq!(out.extras["resultTo"], "inbox");
+            }
+            Err(_) => cut += 1,
+        }
+    }
+    assert_eq!(cut, 0, "calls cut by their caller's deadline");
+    // Still pending, each: a result submitted now goes to its run's inbox.
+    let listed = p.call("pending", json!({}), &run("w")).await.unwrap();
+    let listed = json_of(&listed)["calls"].as_array().unwrap().clone();
+    assert_eq!(listed.len(), N);
+    let first = listed[0]["callId"].as_str().unwrap();
+    let said = submit(&p, first, json!("late")).await.unwrap().to_text();
+    assert!(said.contains("inbox"), "{said}");
+}
