@@ -121,8 +121,10 @@ fn locked(dir: &Path, what: &str, provider: &str, waited: Duration) -> ToolError
     ToolError::Unavailable {
         provider: provider.into(),
         message: format!(
-            "the {what} folder `{}` stayed locked by another process for {waited}; try again",
-            dir.display()
+            "the {what} folder `{}` stayed locked by another process (holding `{}`) for \
+             {waited}; try again",
+            dir.display(),
+            dir.join(".lock").display()
         ),
     }
 }

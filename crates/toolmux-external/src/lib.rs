@@ -399,7 +399,21 @@ impl ExternalProvider {
             status: CallStatus::default(),
             expires_ms: 0,
         };
-        let call_id = self.store.open(call).await?;
+        // Made within the caller's deadline (a calls folder another process keeps locked
+        // fails in time, saying so) and given up when the caller cancels, as when the
+        // pipeline drops the call: a calls folder withdraws a call made meanwhile.
+        let opening = async {
+            match time_left(ctx) {
+                Some(left) => self.store.open_within(call, left).await,
+                None => self.store.open(call).await,
+            }
+        };
+        let call_id = tokio::select! {
+            opened = opening => opened?,
+            () = ctx.cancel_token().cancelled() => {
+                return Err(ToolError::Cancelled { tool: full });
+            }
+        };
         // Armed from here: a call dropped at any point from now on (its caller stopped
         // waiting while the message was being posted, or while it waited for the result)
         // is withdrawn and its message, posted or about to be, cancelled or never posted.

@@ -145,6 +145,14 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
     /// Fails with a policy error when the store is full.
     async fn open(&self, call: PendingCall) -> Result<String, ToolError>;
 
+    /// [`PendingStore::open`] for a caller that needs it done within `within`: a store
+    /// shared through a folder waits for another process's lock no longer than that, and
+    /// then fails saying the folder stayed locked. The default opens as `open` does.
+    async fn open_within(&self, call: PendingCall, within: Duration) -> Result<String, ToolError> {
+        let _ = within;
+        self.open(call).await
+    }
+
     /// The result of call `call_id`, when it arrives within `timeout`; `None` when it does
     /// not, and the call stays pending with its result bound for the run's inbox.
     async fn wait(&self, call_id: &str, timeout: Duration) -> Option<ExternalResult>;

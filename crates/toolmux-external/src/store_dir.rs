@@ -895,11 +895,18 @@ impl PendingStore for DirPendingStore {
     /// is gone by then (or drops it before reading it) is withdrawn, never left pending
     /// for nobody.
     async fn open(&self, call: PendingCall) -> Result<String, ToolError> {
+        self.open_within(call, folder::LOCK_TIMEOUT).await
+    }
+
+    /// [`PendingStore::open`], waiting for another process's lock up to `within` (at most
+    /// the lock's 10 s); the lock is tried once however short `within` is.
+    async fn open_within(&self, call: PendingCall, within: Duration) -> Result<String, ToolError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let inner = self.inner.clone();
         let mut opening = Opening { rx, store: self.clone(), done: false };
+        let until = std::time::Instant::now() + within.min(folder::LOCK_TIMEOUT);
         tokio::task::spawn_blocking(move || {
-            let lock = match inner.lock() {
+            let lock = match inner.lock_until(until) {
                 Ok(lock) => lock,
                 Err(e) => {
                     let _ = tx.send(Err(e));

@@ -775,3 +775,40 @@ async fn a_call_with_a_tight_caller_deadline_gives_up_by_itself_in_a_folder() {
     let said = submit(&p, first, json!("late")).await.unwrap().to_text();
     assert!(said.contains("inbox"), "{said}");
 }
+
+/// Another process keeping the calls folder locked holds a call neither past its caller's
+/// deadline, which it fails by, saying which lock file is held, nor past its cancellation.
+/// The opening waited for the lock up to 10 s whatever its caller's deadline or
+/// cancellation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_calls_folder_holds_no_call_past_its_deadline_or_cancellation() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(DirPendingStore::open(dir.path()).unwrap());
+    let mut tools = BTreeMap::new();
+    tools.insert("never".to_owned(), tool(ExecutionType::External, false, Some(60_000)));
+    tools.insert("job".to_owned(), tool(ExecutionType::External, true, None));
+    let p = ExternalProvider::new(&tools, store).unwrap();
+    let lock_file = dir.path().join(".lock");
+    let lock =
+        std::fs::File::options().create(true).truncate(false).write(true).open(&lock_file).unwrap();
+    lock.lock().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+    let ctx = run("agent").with_deadline(deadline);
+    let called = tokio::time::timeout_at(deadline, p.call("never", json!({"q": "?"}), &ctx));
+    let error = called.await.expect("the call ends by its caller's deadline").unwrap_err();
+    let report = error.report();
+    assert!(report.contains("stayed locked by another process"), "{report}");
+    assert!(report.contains(&format!("`{}`", lock_file.display())), "{report}");
+    let cancel = CancellationToken::new();
+    let ctx = run("agent").with_cancel(cancel.clone());
+    let caller = {
+        let p = p.clone();
+        tokio::spawn(async move { p.call("job", json!({"q": "?"}), &ctx).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cancel.cancel();
+    let called = tokio::time::timeout(Duration::from_secs(2), caller).await;
+    let called = called.expect("a cancelled call ends at once").unwrap();
+    assert!(matches!(called, Err(ToolError::Cancelled { .. })), "{called:?}");
+    lock.unlock().unwrap();
+}
