@@ -246,12 +246,19 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
     /// Starts sending updates of `uri` through [`ToolProvider::resource_updates`]. The
     /// default accepts any URI the provider lists or reads, as providers whose resources
     /// change announce every change anyway.
+    ///
+    /// A subscription is one per resource, not one per caller: subscribing to a resource
+    /// already subscribed to changes nothing, and one
+    /// [`ToolProvider::unsubscribe_resource`] ends it, however many subscribes came
+    /// before. A caller serving several subscribers counts them and unsubscribes when the
+    /// last one leaves, as an MCP gateway serving several sessions does.
     async fn subscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
         let _ = uri;
         Ok(())
     }
 
-    /// Stops sending updates of `uri`.
+    /// Stops sending updates of `uri`, whoever subscribed to it; a resource not
+    /// subscribed to is no error.
     async fn unsubscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
         let _ = uri;
         Ok(())
