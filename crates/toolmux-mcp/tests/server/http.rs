@@ -131,35 +131,11 @@ pub(crate) async fn stateless_post(
     meta: Value,
     headers: &[(&str, &str)],
 ) -> (u16, String) {
-    let mut body = json!({
-        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
-        "params": {
-            "name": tool,
-            "arguments": arguments,
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
-                "io.modelcontextprotocol/clientCapabilities": {}
-            }
-        }
-    });
+    let mut body = crate::support::stateless_request(tool, arguments, json!({}));
     for (key, value) in meta.as_object().expect("_meta entries as an object") {
         body["params"]["_meta"][key] = value.clone();
     }
-    crate::support::install_crypto();
-    let mut request = reqwest::Client::new()
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = within(request.body(body.to_string()).send()).await.expect("response");
-    let status = response.status().as_u16();
-    (status, within(response.text()).await.expect("body"))
+    crate::support::post_stateless_call(url, tool, &body, headers).await
 }
 
 /// The JSON messages of an event stream's `data:` lines, in order (a priming event's empty
@@ -170,6 +146,13 @@ pub(crate) fn sse_messages(text: &str) -> Vec<Value> {
         .filter(|data| !data.trim().is_empty())
         .map(|data| serde_json::from_str(data.trim()).expect("JSON data"))
         .collect()
+}
+
+/// The JSON-RPC answer in `text`: a JSON body, or the last message of an event stream.
+fn answer_of(text: &str) -> Value {
+    sse_messages(text)
+        .pop()
+        .unwrap_or_else(|| serde_json::from_str(text).expect("a JSON-RPC answer"))
 }
 
 /// A raw stateless `tools/call` POST of `tool` with `region` in the body and `header` in
@@ -185,10 +168,7 @@ async fn stateless_text(url: &str, tool: &str, key: Option<&str>) -> String {
     let bearer = key.map(|key| format!("Bearer {key}"));
     let headers: Vec<_> = bearer.iter().map(|b| ("authorization", b.as_str())).collect();
     let (_, text) = stateless_post(url, tool, json!({}), json!({}), &headers).await;
-    // A JSON body, or the last message of an event stream.
-    let answer = sse_messages(&text)
-        .pop()
-        .unwrap_or_else(|| serde_json::from_str(&text).expect("a JSON-RPC answer"));
+    let answer = answer_of(&text);
     answer["result"]["content"][0]["text"].as_str().expect("a text result").to_owned()
 }
 
@@ -779,34 +759,12 @@ async fn a_key_holder_hears_only_of_changes_to_its_own_lists() {
 /// elicitation, `params`' entries (`requestState`, `inputResponses`) added to the request;
 /// returns the JSON-RPC result.
 async fn stateless_round(url: &str, tool: &str, arguments: Value, params: Value) -> Value {
-    let mut body = json!({
-        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
-        "params": {
-            "name": tool,
-            "arguments": arguments,
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
-                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}
-            }
-        }
-    });
+    let mut body = crate::support::stateless_request(tool, arguments, json!({"elicitation": {}}));
     for (key, value) in params.as_object().expect("params entries as an object") {
         body["params"][key] = value.clone();
     }
-    crate::support::install_crypto();
-    let request = reqwest::Client::new()
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool);
-    let response = within(request.body(body.to_string()).send()).await.expect("response");
-    let text = within(response.text()).await.expect("body");
-    let answer = sse_messages(&text)
-        .pop()
-        .unwrap_or_else(|| serde_json::from_str(&text).expect("a JSON-RPC answer"));
+    let (_, text) = crate::support::post_stateless_call(url, tool, &body, &[]).await;
+    let answer = answer_of(&text);
     answer.get("result").cloned().unwrap_or_else(|| panic!("a result: {answer}"))
 }
 

@@ -449,14 +449,32 @@ impl RawClient {
 
     /// The `initialize` handshake of a client that can answer elicitations.
     pub(crate) async fn handshake(&mut self) {
+        self.handshake_with(json!({"elicitation": {"form": {}}})).await;
+    }
+
+    /// The `initialize` handshake (2025-11-25) of a client with `capabilities`.
+    pub(crate) async fn handshake_with(&mut self, capabilities: serde_json::Value) {
         self.send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
             "protocolVersion": "2025-11-25",
-            "capabilities": {"elicitation": {"form": {}}},
+            "capabilities": capabilities,
             "clientInfo": {"name": "raw", "version": "1"}
         }}))
         .await;
         assert_eq!(self.next().await["id"], "init");
         self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    }
+
+    /// The handshake of a client that runs calls as tasks, then a call (id 1) of `tool`
+    /// with `arguments`, which the server runs as a task (it is one of its task tools);
+    /// the task's id.
+    pub(crate) async fn start_task(&mut self, tool: &str, arguments: serde_json::Value) -> String {
+        self.handshake_with(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})).await;
+        self.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}}))
+            .await;
+        let created = self.next().await;
+        let task = created["result"]["taskId"].as_str();
+        task.unwrap_or_else(|| panic!("no task: {created}")).to_owned()
     }
 
     pub(crate) async fn send(&mut self, message: serde_json::Value) {
@@ -1135,22 +1153,7 @@ async fn arguments_a_tool_refuses_complete_a_task_with_an_error_result() {
     let options = ServeOptions { task_tools: vec!["wobbly".into()], ..ServeOptions::default() };
     let (stream, server) = socket_pair(wobbly_tools(), options);
     let mut client = RawClient::new(stream);
-    client
-        .send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-            "clientInfo": {"name": "raw", "version": "1"}
-        }}))
-        .await;
-    assert_eq!(client.next().await["id"], "init");
-    client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
-    client
-        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "wobbly", "arguments": {"n": "seven"}}}))
-        .await;
-    let created = client.next().await;
-    let task = created["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{created}"));
-    let task = task.to_owned();
+    let task = client.start_task("wobbly", json!({"n": "seven"})).await;
     let mut polled = serde_json::Value::Null;
     for id in 2..200u64 {
         client
@@ -1585,21 +1588,7 @@ async fn an_expired_task_s_call_is_cancelled_without_another_task() {
     let (reader, writer) = tokio::io::split(server_io);
     let server = tokio::spawn(toolmux_mcp::server::serve_io(mock.clone(), options, reader, writer));
     let mut client = RawClient::new(client_io);
-    client
-        .send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-            "clientInfo": {"name": "raw", "version": "1"}
-        }}))
-        .await;
-    assert_eq!(client.next().await["id"], "init");
-    client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
-    client
-        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "hang", "arguments": {}}}))
-        .await;
-    let created = client.next().await;
-    assert!(created["result"]["taskId"].is_string(), "{created}");
+    client.start_task("hang", json!({})).await;
     eventually("the call to start", || async { mock.in_flight() == 1 }).await;
     tokio::time::sleep(std::time::Duration::from_secs(60 * 60)).await;
     eventually("the call to be cancelled", || async { mock.in_flight() == 0 }).await;

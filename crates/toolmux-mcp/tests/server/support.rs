@@ -172,6 +172,49 @@ pub async fn call(client: &Client, name: &str, arguments: Value) -> CallToolResu
         .unwrap_or_else(|e| panic!("call of {name} failed: {e}"))
 }
 
+/// A raw stateless (2026-07-28) `tools/call` request of `tool` with `arguments`: its
+/// `_meta` stands in for the handshake, naming the revision, a raw client and
+/// `capabilities`.
+pub fn stateless_request(tool: &str, arguments: Value, capabilities: Value) -> Value {
+    serde_json::json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {
+            "name": tool,
+            "arguments": arguments,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": capabilities
+            }
+        }
+    })
+}
+
+/// POSTs `request`, a stateless `tools/call` of `tool`, to `url` with the headers such a
+/// request carries and `headers` added; returns the status and the body (a JSON answer,
+/// or an event stream).
+pub async fn post_stateless_call(
+    url: &str,
+    tool: &str,
+    request: &Value,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    install_crypto();
+    let mut post = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool);
+    for (name, value) in headers {
+        post = post.header(*name, *value);
+    }
+    let response = within(post.body(request.to_string()).send()).await.expect("response");
+    let status = response.status().as_u16();
+    (status, within(response.text()).await.expect("body"))
+}
+
 /// The text of a result's first content block.
 pub fn first_text(result: &CallToolResult) -> String {
     result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default()
