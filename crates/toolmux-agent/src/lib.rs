@@ -25,6 +25,11 @@
 //! marked `ends_turn` ends it with its result. On the last allowed turn the model may only
 //! report.
 //!
+//! While calls of asynchronous external tools are pending, the session gives the model
+//! what arrived in the run's inbox before each turn. The inbox gives each result once:
+//! a report (or plain answer) before all reached the model gets another turn, and results
+//! a run ends without reading leave in [`AgentReport::unread_results`].
+//!
 //! ```no_run
 //! # async fn example(orchestrator: toolmux_orchestrator::Orchestrator, models: std::collections::BTreeMap<String, std::sync::Arc<dyn toolmux_llm::Model>>) -> Result<(), toolmux_agent::AgentError> {
 //! use toolmux_agent::{AgentConfig, AgentDefinitions, Agents};
@@ -331,6 +336,7 @@ impl Agents {
             tool_calls: paused.tool_calls,
             refused_calls: paused.refused_calls,
             usage: paused.usage,
+            unread: paused.unread_results.clone(),
         };
         let options = RunOptions { history: paused.transcript.clone(), ..options.clone() };
         let op = Op::new(format!("{NAMESPACE}__{}", paused.agent), ctx.op().cloned());
@@ -513,6 +519,10 @@ impl Agents {
                     report.tool_calls += totals.tool_calls;
                     report.refused_calls += totals.refused_calls;
                     report.usage += totals.usage;
+                    // What the agents before it took from the inbox and did not read.
+                    let unread = std::mem::take(&mut report.unread_results);
+                    report.unread_results = std::mem::take(&mut totals.unread_results);
+                    report.unread_results.extend(unread);
                     if !path.is_empty() {
                         path.push(current.clone());
                         report.handoffs = path;
@@ -524,6 +534,7 @@ impl Agents {
                     totals.tool_calls += figures.tool_calls;
                     totals.refused_calls += figures.refused_calls;
                     totals.usage += figures.usage;
+                    totals.unread_results.extend(figures.unread_results);
                     path.push(current.clone());
                     if path.len() > MAX_HANDOFFS {
                         let mut report = totals;

@@ -3,13 +3,13 @@
 //! asynchronous external calls), then works on it in one run, a cycle, and sleeps again.
 
 use crate::inbox::{self, EXTERNAL_INBOX};
-use crate::{AgentError, AgentReport, Agents, NAMESPACE, RunOptions};
+use crate::{AgentError, AgentReport, AgentStatus, Agents, NAMESPACE, RunOptions};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::time::Instant;
 use toolmux_core::{CallContext, Op, ToolCall};
-use toolmux_orchestrator::Orchestrator;
+use toolmux_orchestrator::{Orchestrator, Redactor};
 
 /// The gateway's tool that makes a space the active one.
 const ENTER_SPACE: &str = "gateway__enter_space";
@@ -88,6 +88,13 @@ impl Agents {
     /// so that results of calls a cycle made reach a later one. Ends after `max_cycles`,
     /// after `idle` with nothing arriving, or when `ctx` is cancelled. Needs `spaces` (the
     /// gateway's tools) or external tools: without either nothing could wake the agent.
+    ///
+    /// The inbox gives each result once, so none taken out is dropped: the results a cycle
+    /// took and did not read wake the next; those still waiting when listening stops go in
+    /// the last report's [`AgentReport::unread_results`] (in a report of no cycle, when it
+    /// was cancelled between cycles), and so do those of a cycle whose model failed on every
+    /// attempt or that cancellation cut (whether it acted on them is not known). An error
+    /// that stops listening says what was not read.
     pub async fn listen(
         &self,
         name: &str,
@@ -138,9 +145,19 @@ impl Agents {
         let mut arrived = VecDeque::new();
         loop {
             if ctx.is_cancelled() {
+                if !arrived.is_empty() {
+                    let mut report = AgentReport::failure(
+                        name,
+                        "listening was cancelled before a cycle worked on what arrived".to_owned(),
+                    );
+                    report.unread_results.extend(arrived.drain(..));
+                    on_cycle(&report.redacted(orchestrator.redactor()));
+                }
                 return Ok(ListenEnd::Cancelled);
             }
-            if options.idle.is_some_and(|idle| quiet_since.elapsed() >= idle) {
+            // Results waiting wake a cycle at once, so listening is not idle.
+            if arrived.is_empty() && options.idle.is_some_and(|idle| quiet_since.elapsed() >= idle)
+            {
                 return Ok(ListenEnd::Idle);
             }
             let wake = look(&orchestrator, &own, spaces, inbox, &mut arrived).await;
@@ -154,11 +171,36 @@ impl Agents {
                 }
                 continue;
             }
-            let report = self.cycle(name, &wake.task(), ctx).await?;
-            on_cycle(&report);
+            let mut report = match self.cycle(name, &wake.task(), ctx).await {
+                Ok(report) => report,
+                Err(e) => {
+                    let unread: Vec<Value> = wake.results.into_iter().chain(arrived).collect();
+                    return Err(not_read(name, e, &unread, orchestrator.redactor()));
+                }
+            };
             cycles += 1;
             quiet_since = Instant::now();
-            if options.max_cycles.is_some_and(|max| cycles >= max) {
+            let last = options.max_cycles.is_some_and(|max| cycles >= max);
+            // A cycle whose model never answered, or that was cut, may not have worked on
+            // what woke it: the caller gets it, as nobody else can.
+            let failed = report.model_failed
+                || (ctx.is_cancelled() && report.status == AgentStatus::Failure);
+            if failed {
+                let taken = std::mem::take(&mut report.unread_results);
+                report.unread_results = wake.results;
+                report.unread_results.extend(taken);
+            }
+            if last || ctx.is_cancelled() {
+                report.unread_results.extend(arrived.drain(..));
+            } else if !failed {
+                // Results the cycle itself took and did not read wake the next.
+                arrived.extend(report.unread_results.drain(..));
+            }
+            for result in &mut report.unread_results {
+                orchestrator.redactor().redact_json(result);
+            }
+            on_cycle(&report);
+            if last {
                 return Ok(ListenEnd::Cycles);
             }
         }
@@ -208,6 +250,7 @@ impl Agents {
             };
             let (turns, calls, usage) = (report.turns, report.tool_calls, report.usage);
             let refused = report.refused_calls;
+            let unread = std::mem::take(&mut report.unread_results);
             report = self
                 .run_with(
                     name,
@@ -221,6 +264,7 @@ impl Agents {
             report.tool_calls += calls;
             report.refused_calls += refused;
             report.usage += usage;
+            report.unread_results.splice(0..0, unread);
         }
         report.transcript.clear();
         Ok(report)
@@ -267,6 +311,25 @@ async fn look(
         }
     }
     wake
+}
+
+/// `error`, which stops listening, saying which results taken from the inbox no cycle
+/// worked on (`unread`, redacted by `redactor`): nobody else can read them now.
+fn not_read(name: &str, error: AgentError, unread: &[Value], redactor: &Redactor) -> AgentError {
+    if unread.is_empty() {
+        return error;
+    }
+    let mut unread = Value::Array(unread.to_vec());
+    redactor.redact_json(&mut unread);
+    let (agent, message) = match error {
+        AgentError::Config { agent, message } => (agent, message),
+        other => (name.to_owned(), other.to_string()),
+    };
+    let message = format!(
+        "{message}; the results of asynchronous calls that listening took from the inbox \
+         and no cycle worked on: {unread}"
+    );
+    AgentError::Config { agent, message }
 }
 
 /// Calls `tool` through the pipeline; its JSON answer, or what went wrong.

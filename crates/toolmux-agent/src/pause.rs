@@ -108,6 +108,10 @@ pub(crate) struct Resume {
     pub(crate) tool_calls: u32,
     pub(crate) refused_calls: u32,
     pub(crate) usage: toolmux_llm::Usage,
+    /// Results the run took from its inbox before the pause that had not reached its
+    /// model ([`AgentReport::unread_results`](crate::AgentReport::unread_results)): given
+    /// to it first.
+    pub(crate) unread: Vec<Value>,
 }
 
 /// What the model reads for a call denied on resume.

@@ -100,6 +100,13 @@ pub struct AgentReport {
     /// that came while it was paused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// Results of asynchronous external calls that the run took from its inbox and that
+    /// never reached its model (the run ended first: cancelled, out of turns or time, a
+    /// report on its last turn, a listening agent stopped), as the inbox gave them (`callId`,
+    /// `tool`, `arguments`, `result`, `isError`): the inbox gives each result once, so this is
+    /// the only place they are left. A paused run's are given to its model when it resumes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread_results: Vec<Value>,
     /// The run failed because its model did (an API error, no answer), not because of
     /// anything the agent did: worth trying again (`agent listen` does).
     #[serde(skip)]
@@ -150,6 +157,9 @@ impl AgentReport {
             .into_iter()
             .map(|message| redacted_json(message, redactor, Message::user))
             .collect();
+        for result in &mut self.unread_results {
+            redactor.redact_json(result);
+        }
         for call in &mut self.pending {
             redactor.redact_json(&mut call.arguments);
             redactor.redact_in_place(&mut call.reason);
@@ -179,6 +189,7 @@ impl AgentReport {
             approved: Vec::new(),
             task: None,
             run_id: None,
+            unread_results: Vec::new(),
             model_failed: false,
             credentials_refused: None,
         }
@@ -194,17 +205,27 @@ impl AgentReport {
         }
     }
 
-    /// The report as a tool's output: its text (a question for `needs_input`), the JSON
-    /// content as structured content, an error when the run failed, and the run's figures
-    /// in the extras (`status`, `turns`, `toolCalls`, `refusedCalls`, `usage`).
+    /// The report as a tool's output: its text (a question for `needs_input`) followed by
+    /// the results it did not read ([`AgentReport::unread_results`]), the JSON content as
+    /// structured content, an error when the run failed, and the run's figures in the
+    /// extras (`status`, `turns`, `toolCalls`, `refusedCalls`, `usage`).
     pub fn to_output(&self) -> ToolOutput {
-        let text = match self.status {
+        let mut text = match self.status {
             AgentStatus::NeedsInput => {
                 format!("(agent `{}` needs input) {}", self.agent, self.text())
             }
             AgentStatus::Paused => format!("(agent `{}` is paused) {}", self.agent, self.text()),
             _ => self.text(),
         };
+        if !self.unread_results.is_empty() {
+            // The caller is the only one left to read them.
+            text.push_str(&format!(
+                "\n\n(Results of asynchronous tool calls that arrived for agent `{}` and that it \
+                 did not read before its run ended:\n{})",
+                self.agent,
+                Value::Array(self.unread_results.clone())
+            ));
+        }
         let mut output = if self.status == AgentStatus::Failure {
             ToolOutput::error(text)
         } else {

@@ -372,7 +372,8 @@ impl Session<'_> {
             // A conversation that goes on (a resumed run, a chat's next message) may have
             // asynchronous results waiting in the run's inbox since it stopped.
             pending_external: AtomicUsize::new(pending_in(self.history)),
-            arrived: VecDeque::new(),
+            // A paused run's results that had not reached the model yet come first.
+            arrived: self.resume.map(|r| r.unread.iter().cloned().collect()).unwrap_or_default(),
             last: false,
             gate: tokio::sync::RwLock::new(()),
             cut: HashSet::new(),
@@ -449,7 +450,7 @@ impl Session<'_> {
             if let Some(end) = self.resumed(resume, &mut state, &mut request, &mut figures).await {
                 // Hooks' context is given with the model's next turn, which a run that
                 // ends (or pauses again) here does not take.
-                return self.finish(end, request.messages);
+                return self.finish(end, request.messages, state.arrived);
             }
             if !hook_context.is_empty() {
                 request.messages.push(Message::user(format!(
@@ -703,6 +704,13 @@ impl Session<'_> {
                     continue;
                 }
                 if !answer.content.trim().is_empty() {
+                    // Results taken from the inbox are nowhere else: an answer before they
+                    // all reached the model gets one more turn, which gives the next of
+                    // them (on the last turn, they go in the report, unread).
+                    if !last && !state.arrived.is_empty() {
+                        cut_text.clear();
+                        continue;
+                    }
                     if !last
                         && let Some(reason) = self.go_on(&mut stop_active, &request.messages).await
                     {
@@ -856,7 +864,7 @@ impl Session<'_> {
                 break SessionEnd::Report(self.failed(&figures, message));
             }
         };
-        self.finish(end, request.messages)
+        self.finish(end, request.messages, state.arrived)
     }
 
     /// The model's answer to `request`. When somebody follows the run's text
@@ -935,16 +943,32 @@ impl Session<'_> {
         answer
     }
 
-    fn finish(&self, end: SessionEnd, transcript: Vec<Message>) -> SessionEnd {
+    /// The session's end as its caller gets it: with the conversation when kept, and with
+    /// the results taken from the inbox that did not reach the model, `arrived`
+    /// ([`AgentReport::unread_results`]): taken out of the inbox, they are nowhere else.
+    fn finish(
+        &self,
+        end: SessionEnd,
+        transcript: Vec<Message>,
+        arrived: VecDeque<Value>,
+    ) -> SessionEnd {
         self.budgets.end(&self.ctx);
+        if !arrived.is_empty() {
+            tracing::debug!(target: "toolmux::agent", agent = self.name, unread = arrived.len(),
+                "the session ends with results its model did not read");
+        }
         match end {
-            SessionEnd::Report(mut report)
-                if self.keep_transcript || report.status == AgentStatus::Paused =>
-            {
-                report.transcript = transcript;
+            SessionEnd::Report(mut report) => {
+                report.unread_results.extend(arrived);
+                if self.keep_transcript || report.status == AgentStatus::Paused {
+                    report.transcript = transcript;
+                }
                 SessionEnd::Report(report)
             }
-            handoff => handoff,
+            SessionEnd::Handoff { to, message, mut figures } => {
+                figures.unread_results.extend(arrived);
+                SessionEnd::Handoff { to, message, figures }
+            }
         }
     }
 

@@ -654,6 +654,134 @@ async fn a_report_waits_for_the_results_still_to_come() {
     assert_eq!(given, 3);
 }
 
+/// A model that starts three builds and, in its second turn, has them answered (each
+/// result alone filling most of a 500-byte cap, so one reaches it a turn) while it calls
+/// `mock__echo`, then goes on as `then` says; the providers it needs (`mock__push` too).
+fn three_builds(
+    then: impl FnOnce(ScriptedModel) -> ScriptedModel,
+) -> (Arc<ScriptedModel>, Vec<Arc<dyn ToolProvider>>) {
+    let (store, external) = async_external("build", "Starts a build");
+    let builds: Vec<(&str, Value)> =
+        (0..3).map(|i| ("external__build", json!({"target": i}))).collect();
+    let model = ScriptedModel::new("m").calls(builds).then(move |_| {
+        answer_pending(&store, |_| true, json!("built ".repeat(40)));
+        let echo = ModelToolCall::new("e", "mock__echo", json!({}));
+        Ok(used(ModelResponse::tool_calls(vec![echo])))
+    });
+    let mock = MockProvider::new("mock")
+        .with_tool("echo", Behavior::Echo)
+        .with_tool("push", Behavior::Echo);
+    (Arc::new(then(model)), vec![Arc::new(external), Arc::new(mock)])
+}
+
+/// The builds (`target`) of inbox results, in order.
+fn targets(results: &[Value]) -> Vec<u64> {
+    results.iter().map(|r| r["arguments"]["target"].as_u64().unwrap()).collect()
+}
+
+/// A plain answer made while results taken from the inbox still wait to reach the model
+/// gets one more turn with the next of them: the run ends with the answer after the last.
+/// Before, the answer ended the run and the two results not yet given were lost.
+#[tokio::test]
+async fn a_plain_answer_waits_for_the_results_still_to_come() {
+    let answer = |text: &'static str| move |_: &ModelRequest| Ok(used(ModelResponse::text(text)));
+    let (model, providers) =
+        three_builds(|m| m.then(answer("first")).then(answer("second")).then(answer("all read")));
+    let config = OrchestratorConfig::default().with_response_max_bytes(500);
+    let (agents, orchestrator) =
+        start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
+    let report = agents.run("a", "go", &CallContext::new()).await.unwrap();
+    orchestrator.cleanup().await;
+    assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "all read"));
+    assert!(report.unread_results.is_empty(), "{report:?}");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 5);
+    let given: usize = requests[2..]
+        .iter()
+        .filter(|r| matches!(r.messages.last(), Some(Message::User { content }) if content.contains("built")))
+        .count();
+    assert_eq!(given, 3);
+}
+
+/// Results taken from the inbox that never reached the model are in the run's report,
+/// where its caller reads them: a report on the run's last turn, and a run cancelled
+/// while two wait. Before, both runs ended with them lost.
+#[tokio::test]
+async fn results_a_run_ends_without_reading_are_in_its_report() {
+    let config = OrchestratorConfig::default().with_response_max_bytes(500);
+    // The third turn is the last: the report is taken with two results not given.
+    let (model, providers) = three_builds(|m| m.report("success", "done"));
+    let definitions = one("a", AgentConfig { max_turns: Some(3), ..agent("m") });
+    let (agents, orchestrator) =
+        start_agents_with(config.clone(), definitions, only(&model), providers).await;
+    let report = agents.run("a", "go", &CallContext::new()).await.unwrap();
+    orchestrator.cleanup().await;
+    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
+    assert_eq!(targets(&report.unread_results), [1, 2]);
+    assert_eq!(report.unread_results[0]["result"], json!("built ".repeat(40)));
+    // A sub-agent's caller reads them in its output.
+    let text = report.to_output().to_text();
+    assert!(text.contains("did not read before its run ended") && text.contains("built"), "{text}");
+
+    // Cancelled in the third turn, after the first result was given.
+    let cancel = CancellationToken::new();
+    let cancelling = cancel.clone();
+    let (model, providers) = three_builds(|m| {
+        m.then(move |_| {
+            cancelling.cancel();
+            let echo = ModelToolCall::new("e2", "mock__echo", json!({"n": 2}));
+            Ok(used(ModelResponse::tool_calls(vec![echo])))
+        })
+    });
+    let (agents, orchestrator) =
+        start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
+    let report = agents.run("a", "go", &CallContext::new().with_cancel(cancel)).await.unwrap();
+    orchestrator.cleanup().await;
+    assert_eq!(report.status, AgentStatus::Failure);
+    assert!(report.content.contains("cancelled"), "{}", report.content);
+    assert_eq!(targets(&report.unread_results), [1, 2]);
+    // The report says what it carries when it leaves as JSON.
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(targets(json["unreadResults"].as_array().unwrap()), [1, 2]);
+}
+
+/// A run paused with results taken from the inbox and not yet given keeps them in its
+/// report, and its model is given them when it resumes, one a turn as before the pause.
+#[tokio::test]
+async fn results_waiting_at_a_pause_reach_the_model_when_it_resumes() {
+    let (model, providers) = three_builds(|m| {
+        m.calls(vec![("mock__push", json!({}))]).report("success", "x").report("success", "done")
+    });
+    let config = OrchestratorConfig::default()
+        .with_response_max_bytes(500)
+        .with_permissions(asking(&["mock__push"]));
+    let (agents, orchestrator) =
+        start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
+    let report = agents.run_with("a", "go", &CallContext::new(), &pausing()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Paused, "{report:?}");
+    assert_eq!(targets(&report.unread_results), [1, 2]);
+    let paused = stored(&report);
+    let decisions =
+        BTreeMap::from([(report.pending[0].call_id.clone(), toolmux_agent::Decision::approve())]);
+    let done = agents.resume(&paused, decisions, &CallContext::new(), &pausing()).await.unwrap();
+    orchestrator.cleanup().await;
+    assert_eq!((done.status, done.content.as_str()), (AgentStatus::Success, "done"), "{done:?}");
+    assert!(done.unread_results.is_empty(), "{done:?}");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 5);
+    let given: Vec<u64> = requests[3..]
+        .iter()
+        .map(|request| {
+            let Some(Message::User { content }) = request.messages.last() else {
+                panic!("expected results last: {:?}", request.messages.last())
+            };
+            let (_, results) = content.split_once(":\n").unwrap();
+            targets(&serde_json::from_str::<Vec<Value>>(results.trim_end_matches(')')).unwrap())[0]
+        })
+        .collect();
+    assert_eq!(given, [1, 2]);
+}
+
 /// A spent context budget (`contextTokenBudget`) does not refuse the session's read of
 /// the inbox: the results it took out reach the model, and the budget is spent.
 #[tokio::test]
@@ -2408,6 +2536,8 @@ async fn a_listening_agent_whose_credentials_are_refused_stops_saying_so() {
         error.contains("refused the credentials (HTTP 401)") && error.contains("`apiKey`"),
         "{error}"
     );
+    // What woke the cycle is nowhere else now: the error says it.
+    assert!(error.contains("no cycle worked on") && error.contains("build 42 is green"), "{error}");
     assert_eq!(model.requests().len(), 1);
     orchestrator.cleanup().await;
 }
@@ -2462,6 +2592,82 @@ async fn a_listening_agent_gets_results_over_the_size_cap_over_cycles() {
         .collect();
     assert_eq!(given, [0, 1, 2]);
     orchestrator.cleanup().await;
+}
+
+/// Results a listening agent took from the inbox and no cycle read are in the report of
+/// the cycle where listening stops: after `max_cycles`, and when cancelled (here by the
+/// model, in the first cycle). Before, listening ended with them lost.
+#[tokio::test]
+async fn results_left_when_listening_stops_are_in_the_last_report() {
+    use toolmux_agent::{ListenEnd, ListenOptions};
+    use toolmux_external::{ExternalResult, PendingStore};
+    let cancel = CancellationToken::new();
+    let cancelling = cancel.clone();
+    let cancels = move |_: &ModelRequest| {
+        cancelling.cancel();
+        let report = json!({"status": "success", "content": "one"});
+        let call = ModelToolCall::new("r", "agent__final_report", report);
+        Ok(used(ModelResponse::tool_calls(vec![call])))
+    };
+    let cases = [
+        (ScriptedModel::new("m").report("success", "one"), Some(1), ListenEnd::Cycles),
+        (ScriptedModel::new("m").then(cancels), None, ListenEnd::Cancelled),
+    ];
+    for (script, max_cycles, end) in cases {
+        let (store, external) = async_external("build", "Starts a build");
+        let model = Arc::new(script);
+        let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
+        let config = OrchestratorConfig::default().with_response_max_bytes(500);
+        let (agents, orchestrator) =
+            start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
+        for target in 0..3 {
+            let call = pending_call("external__build", json!({"target": target}), "listening");
+            let id = store.open(call).await.unwrap();
+            let result = ExternalResult { result: json!("built ".repeat(40)), is_error: false };
+            store.resolve(&id, result).await.unwrap();
+        }
+        let ctx = CallContext::new().with_run_id("listening").with_cancel(cancel.clone());
+        let options = ListenOptions { max_cycles, ..ListenOptions::default() };
+        let mut reports = Vec::new();
+        let ended = agents.listen("a", &ctx, &options, |r| reports.push(r.clone())).await;
+        orchestrator.cleanup().await;
+        assert_eq!(ended.unwrap(), end);
+        assert_eq!(reports.len(), 1);
+        assert_eq!(reports[0].content, "one");
+        assert_eq!(targets(&reports[0].unread_results), [1, 2], "{end:?}");
+    }
+}
+
+/// A cycle whose model fails on every attempt hands what woke it to the caller in its
+/// report, as nobody else can read it; listening goes on.
+#[tokio::test(start_paused = true)]
+async fn a_cycle_whose_model_keeps_failing_reports_what_woke_it() {
+    use toolmux_agent::{ListenEnd, ListenOptions};
+    use toolmux_external::{ExternalResult, PendingStore};
+    let (store, external) = async_external("build", "Starts a build");
+    let mut model = ScriptedModel::new("m");
+    for _ in 0..4 {
+        model = model.then(|_| {
+            Err(ModelError::Api { model: "m".into(), status: 503, message: "overloaded".into() })
+        });
+    }
+    let model = Arc::new(model);
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
+    let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
+    let call = pending_call("external__build", json!({"target": 7}), "listening");
+    let id = store.open(call).await.unwrap();
+    let result = ExternalResult { result: json!("build 7 is green"), is_error: false };
+    store.resolve(&id, result).await.unwrap();
+    let ctx = CallContext::new().with_run_id("listening");
+    let options = ListenOptions { max_cycles: Some(1), ..ListenOptions::default() };
+    let mut reports = Vec::new();
+    let ended = agents.listen("a", &ctx, &options, |r| reports.push(r.clone())).await;
+    orchestrator.cleanup().await;
+    assert_eq!(ended.unwrap(), ListenEnd::Cycles);
+    assert_eq!(model.requests().len(), 4);
+    assert_eq!(reports[0].status, AgentStatus::Failure);
+    assert_eq!(targets(&reports[0].unread_results), [7]);
+    assert_eq!(reports[0].unread_results[0]["result"], json!("build 7 is green"));
 }
 
 /// A turn's calls run at once, but one that writes files or runs programs runs alone, in
