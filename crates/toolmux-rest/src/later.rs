@@ -18,6 +18,10 @@ pub struct OpenApiImport {
     /// The first reading's failure, reported by the first start without reading again.
     first: Mutex<Option<String>>,
     built: tokio::sync::OnceCell<RestProvider>,
+    /// Set by [`ToolProvider::shutdown`]: the import stays shut down, its document never
+    /// read after that. Looked at and set under its lock together with `built`, so that a
+    /// reading under way when the import is shut down is shut down by one or the other.
+    shut_down: Mutex<bool>,
 }
 
 /// Names the import, without its configuration and secrets.
@@ -51,6 +55,7 @@ impl OpenApiImport {
                     secrets: Vec::new(),
                     first: Mutex::new(Some(error.to_string())),
                     built: tokio::sync::OnceCell::new(),
+                    shut_down: Mutex::new(false),
                 };
                 Ok(Err((later, error)))
             }
@@ -68,19 +73,28 @@ impl OpenApiImport {
         self
     }
 
-    /// The import, read now if it was not yet.
+    /// Whether the import was shut down.
+    fn is_shut_down(&self) -> bool {
+        *self.shut_down.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The import, read now if it was not yet: never once it is shut down.
     async fn provider(&self) -> Result<&RestProvider, ToolError> {
         let unavailable = |message: String| ToolError::Unavailable {
             provider: self.namespace.clone(),
             message: crate::secrets::scrub(&message, &crate::secrets::forms_of(&self.secrets)),
         };
+        if self.is_shut_down() {
+            return Err(unavailable("shut down".into()));
+        }
         if let Some(provider) = self.built.get() {
             return Ok(provider);
         }
         if let Some(first) = self.first.lock().unwrap_or_else(|e| e.into_inner()).take() {
             return Err(unavailable(first));
         }
-        self.built
+        let provider = self
+            .built
             .get_or_try_init(|| async {
                 let provider = RestProvider::openapi(&self.name, &self.config)
                     .await
@@ -92,7 +106,14 @@ impl OpenApiImport {
                 }
                 Ok(provider)
             })
-            .await
+            .await?;
+        // Shut down while the document was read: the provider read is shut down too (by
+        // `shutdown` when it found it built, else here), and not used.
+        if self.is_shut_down() {
+            provider.shutdown().await?;
+            return Err(unavailable("shut down".into()));
+        }
+        Ok(provider)
     }
 }
 
@@ -134,8 +155,15 @@ impl ToolProvider for OpenApiImport {
         self.provider().await?.call(name, arguments, ctx).await
     }
 
+    /// Shuts the provider down if the document was read, and the import for good: a later
+    /// start or call fails saying it was shut down, without reading the document.
     async fn shutdown(&self) -> Result<(), ToolError> {
-        match self.built.get() {
+        let built = {
+            let mut shut_down = self.shut_down.lock().unwrap_or_else(|e| e.into_inner());
+            *shut_down = true;
+            self.built.get()
+        };
+        match built {
             Some(provider) => provider.shutdown().await,
             None => Ok(()),
         }
@@ -173,6 +201,40 @@ mod tests {
             later.list_tools().await.unwrap().into_iter().map(|t| t.name).collect();
         assert_eq!(names, ["ping"]);
         assert!(later.has_tool("ping").await);
+    }
+
+    /// An import shut down before its document was read stays shut down: a later start,
+    /// listing or call fails saying so, and the document, there by then, is not read. It
+    /// was read, and the provider built, as if the import had not been shut down.
+    #[tokio::test]
+    async fn an_import_shut_down_before_its_document_was_read_stays_shut_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let config: OpenApiConfig =
+            serde_json::from_value(serde_json::json!({"spec": "api.json"})).unwrap();
+        let config = config.with_base_dir(dir.path().to_path_buf());
+        let Err((later, _)) = OpenApiImport::start("api", &config).await.unwrap() else {
+            panic!("the document is missing");
+        };
+        std::fs::write(
+            dir.path().join("api.json"),
+            r#"{"openapi": "3.0.0", "info": {"title": "t", "version": "1"},
+                "servers": [{"url": "http://127.0.0.1:9"}],
+                "paths": {"/ping": {"get": {"operationId": "ping", "responses": {"200": {"description": "ok"}}}}}}"#,
+        )
+        .unwrap();
+        later.shutdown().await.unwrap();
+        for failed in [
+            later.warmup().await.unwrap_err(),
+            later.list_tools().await.unwrap_err(),
+            later.call("ping", Value::Null, &CallContext::new()).await.unwrap_err(),
+        ] {
+            assert!(
+                matches!(&failed, ToolError::Unavailable { message, .. } if message == "shut down"),
+                "{failed:?}"
+            );
+        }
+        assert!(!later.has_tool("ping").await);
+        assert!(format!("{later:?}").contains("read: false"), "{later:?}");
     }
 
     #[tokio::test]
