@@ -203,7 +203,8 @@ pub(crate) fn guarded_sandbox(
         Sandbox::new(&config.bash.sandbox, root, &protected)?.with_user_globs(root, protect, hide);
     // One that cannot be made now says why at the first spill.
     if let Ok(spill) = tools::spill::directory(config.bash.spill_dir.as_deref()) {
-        sandbox = sandbox.with_spill_dir(crate::protect::resolve_ambient(&spill));
+        let configured = config.bash.spill_dir.clone();
+        sandbox = sandbox.with_spill_dir(configured, crate::protect::resolve_ambient(&spill));
     }
     Ok((sandbox, protection))
 }

@@ -95,6 +95,11 @@ pub(crate) struct Sandbox {
     /// The checks of the background tasks that run (those gone are dropped when next
     /// looked at): see [`Sandbox::command_ended`].
     task_checks: TaskChecks,
+    /// The spill directory kept read-only to commands (see [`Sandbox::with_spill_dir`]),
+    /// with the `bash.spillDir` setting that named it: made again before a command starts
+    /// where something removed it (a cleaner of `/tmp`), as a spill would make it, since a
+    /// view covers only what exists and a command could otherwise make it first.
+    spill_dir: Option<(Option<PathBuf>, PathBuf)>,
 }
 
 /// How long what the user's lines matched is used again before the root is walked anew:
@@ -175,6 +180,7 @@ impl Sandbox {
             walking: tokio::sync::Mutex::new(()),
             repository_walks: Default::default(),
             task_checks: Default::default(),
+            spill_dir: None,
         }
     }
 
@@ -220,8 +226,10 @@ impl Sandbox {
     /// beneath a writable root (the default one is in `/tmp`) and views can be made: a
     /// command that could write it could rewrite the "full output" the model is pointed
     /// to, or rename the folder and put another in its place. A view covers what exists
-    /// when a command starts: the directory is made before ([`crate::tools::spill::directory`]).
-    pub(crate) fn with_spill_dir(mut self, dir: PathBuf) -> Sandbox {
+    /// when a command starts: the directory is made before ([`crate::tools::spill::directory`]
+    /// with `configured`, the `bash.spillDir` setting), and again before each command
+    /// where it has gone since.
+    pub(crate) fn with_spill_dir(mut self, configured: Option<PathBuf>, dir: PathBuf) -> Sandbox {
         let Plan::Enforce(policy) = &mut self.plan else { return self };
         let roots = policy.writable.as_deref().unwrap_or_default();
         if !policy.protect_paths
@@ -237,7 +245,8 @@ impl Sandbox {
             tracing::debug!("the spill directory stays writable to commands: {why}");
             return self;
         }
-        policy.read_only.push(dir);
+        policy.read_only.push(dir.clone());
+        self.spill_dir = Some((configured, dir));
         self
     }
 
@@ -628,6 +637,13 @@ impl Sandbox {
                     {
                         tracing::warn!(folder = %folder.display(), "a folder of toolmux's to hide from commands could not be made: {e}");
                     }
+                }
+                if let Some((configured, dir)) = &self.spill_dir
+                    && std::fs::symlink_metadata(dir)
+                        .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+                    && let Err(why) = crate::tools::spill::directory(configured.as_deref())
+                {
+                    tracing::warn!(folder = %dir.display(), "the spill directory could not be made again for commands to find it read-only: {why}");
                 }
                 let joined = |own: &[PathBuf], theirs: &[PathBuf]| -> Vec<PathBuf> {
                     own.iter().chain(theirs).cloned().collect()

@@ -767,6 +767,40 @@ async fn the_spill_directory_is_read_only_to_commands() {
     assert!(std::fs::read_to_string(&file).unwrap().ends_with("200000\n"));
 }
 
+/// A spill directory removed while the provider serves (a cleaner of `/tmp` deleting the
+/// default one) is made again before the next command, so the read-only view covers it
+/// still: a command cannot make it first and forge the files toolmux writes there, and
+/// the next spill works and is readable.
+#[tokio::test]
+async fn a_spill_directory_removed_while_serving_is_made_again_read_only() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let spill = root.join("spill");
+    let bash = BashConfig { spill_dir: Some(spill.clone()), ..BashConfig::default() };
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(bash);
+    let fs = FsProvider::new(config).unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    let run = async |command: &str| {
+        let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await;
+        out.unwrap()
+    };
+    std::fs::remove_dir_all(&spill).unwrap();
+    let text = run("mkdir spill; echo x > spill/forged; echo done").await.to_text();
+    assert!(text.contains("done"), "{text}");
+    assert!(spill.is_dir() && !spill.join("forged").exists(), "{text}");
+    let out = run("seq 1 200000").await;
+    let file = out.extras["stdoutFile"].as_str().expect("spilled").to_owned();
+    assert!(file.starts_with(&spill.display().to_string()), "{file}");
+    let text = run(&format!("tail -n 1 {file}; echo x >> {file}")).await.to_text();
+    assert!(text.contains("200000"), "{text}");
+    assert!(std::fs::read_to_string(&file).unwrap().ends_with("200000\n"));
+}
+
 /// In mode `readOnly` nothing beneath the root is writable, but what the `hide` lines name
 /// is still not there for a command.
 #[tokio::test]
