@@ -209,10 +209,13 @@ impl Agents {
 
 impl Agents {
     /// One cycle on `task`. What woke the agent was taken from its inbox and space when the
-    /// run began: a run its model failed (an outage, a timeout) is tried again on the same
-    /// conversation, after 2 s and then twice as long, up to [`CYCLE_ATTEMPTS`] times, so
-    /// that what arrived is not lost. Credentials the model's API refused are not tried
-    /// again: listening stops with an error saying so, since every cycle would fail alike.
+    /// run began: a run its model failed with what may pass (an outage, a rate limit, a
+    /// timeout, a lost connection) is tried again on the same conversation, after 2 s and
+    /// then twice as long, up to [`CYCLE_ATTEMPTS`] times, so that what arrived is not
+    /// lost. A request the API refused as such (an invalid request, one over the context
+    /// window) is not tried again, since it would be refused alike: the report says so
+    /// and listening goes on. Credentials the model's API refused are not tried again
+    /// either: listening stops with an error saying so, since every cycle would fail alike.
     async fn cycle(
         &self,
         name: &str,
@@ -235,6 +238,14 @@ impl Agents {
         let mut wait = Duration::from_secs(2);
         for _ in 1..CYCLE_ATTEMPTS {
             if !report.model_failed || ctx.is_cancelled() {
+                break;
+            }
+            if !report.model_may_pass {
+                tracing::warn!(target: "toolmux::agent", agent = name, "{}; not tried again: the same request would fail alike", report.content);
+                report.content.push_str(
+                    " (not tried again: the API refused the request itself, and would refuse \
+                     it alike)",
+                );
                 break;
             }
             tracing::warn!(target: "toolmux::agent", agent = name, "{}; trying again in {} s", report.content, wait.as_secs());

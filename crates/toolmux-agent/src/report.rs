@@ -111,6 +111,13 @@ pub struct AgentReport {
     /// anything the agent did: worth trying again (`agent listen` does).
     #[serde(skip)]
     pub(crate) model_failed: bool,
+    /// The model's failure may pass when it is asked again (a timeout, a rate limit, a
+    /// server's error, a connection's: [`ModelError::is_transient`]); a request the API
+    /// refused as such (400, over the context window) would be refused alike.
+    ///
+    /// [`ModelError::is_transient`]: toolmux_llm::ModelError::is_transient
+    #[serde(skip)]
+    pub(crate) model_may_pass: bool,
     /// The model's API refused its credentials (401 or 403), said in words: trying again
     /// would be refused alike.
     #[serde(skip)]
@@ -191,6 +198,7 @@ impl AgentReport {
             run_id: None,
             unread_results: Vec::new(),
             model_failed: false,
+            model_may_pass: false,
             credentials_refused: None,
         }
     }

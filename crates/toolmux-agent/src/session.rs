@@ -658,6 +658,7 @@ impl Session<'_> {
                     };
                     let mut report = self.failed(&figures, why);
                     report.model_failed = true;
+                    report.model_may_pass = e.is_transient();
                     if matches!(e, ModelError::Auth { .. }) {
                         report.credentials_refused = Some(e.to_string());
                     }

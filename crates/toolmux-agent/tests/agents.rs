@@ -2670,6 +2670,47 @@ async fn a_cycle_whose_model_keeps_failing_reports_what_woke_it() {
     assert_eq!(reports[0].unread_results[0]["result"], json!("build 7 is green"));
 }
 
+/// A cycle whose request the model's API refuses as such (an invalid request, one over
+/// the context window with nothing to shorten) is asked once, not tried again after an
+/// outage's backoff: asked again, it would be refused alike. The report says so and hands
+/// over what woke the cycle. Before, each was asked four times over 14 s.
+#[tokio::test]
+async fn a_cycle_the_api_refuses_as_invalid_is_not_tried_again() {
+    use toolmux_agent::{ListenEnd, ListenOptions};
+    use toolmux_external::{ExternalResult, PendingStore};
+    let refusals = [
+        r#"{"error": {"type": "invalid_request_error", "message": "messages: unknown field `x`"}}"#,
+        r#"{"error": {"type": "invalid_request_error", "message": "This model's maximum context length is 10 tokens. However, your messages resulted in 900 tokens."}}"#,
+    ];
+    for body in refusals {
+        let refused = ScriptStep::Status { status: 400, body: body.into(), retry_after: None };
+        let server = ScriptedLlmServer::start(Dialect::OpenAi, vec![refused; 4]);
+        let models = BTreeMap::from([("m".to_owned(), model_speaking(Dialect::OpenAi, &server))]);
+        let (store, external) = async_external("build", "Starts a build");
+        let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
+        let (agents, orchestrator) = start_agents(one("a", agent("m")), models, providers).await;
+        let call = pending_call("external__build", json!({"target": 3}), "listening");
+        let id = store.open(call).await.unwrap();
+        let result = ExternalResult { result: json!("build 3 is green"), is_error: false };
+        store.resolve(&id, result).await.unwrap();
+        let ctx = CallContext::new().with_run_id("listening");
+        let options = ListenOptions { max_cycles: Some(1), ..ListenOptions::default() };
+        let mut reports = Vec::new();
+        let ended = agents.listen("a", &ctx, &options, |r| reports.push(r.clone())).await;
+        orchestrator.cleanup().await;
+        assert_eq!(ended.unwrap(), ListenEnd::Cycles);
+        assert_eq!(server.requests().len(), 1, "{body}");
+        let report = &reports[0];
+        assert_eq!(report.status, AgentStatus::Failure);
+        assert!(
+            report.content.contains("HTTP 400") && report.content.contains("not tried again"),
+            "{}",
+            report.content
+        );
+        assert_eq!(targets(&report.unread_results), [3]);
+    }
+}
+
 /// A turn's calls run at once, but one that writes files or runs programs runs alone, in
 /// the order the model wrote them: the reads before it finish first, the reads after it
 /// wait for it.
