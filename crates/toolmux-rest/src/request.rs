@@ -683,6 +683,22 @@ fn simple(value: &Value, explode: bool) -> String {
 
 /// Query pairs of one parameter, encoded, in its style.
 fn query_pairs(field: &Field, value: &Value, out: &mut Vec<String>) {
+    if let Style::QueryString { json } = field.style {
+        let whole = match value {
+            _ if json => json_text(value),
+            // `application/x-www-form-urlencoded`: the object's properties are the pairs.
+            Value::Object(_) => {
+                let form = Field { style: Style::Form, explode: true, ..field.clone() };
+                return query_pairs(&form, value, out);
+            }
+            other => value_text(other),
+        };
+        // An empty query string is none (no bare `?`).
+        if !whole.is_empty() {
+            out.push(encode(&whole));
+        }
+        return;
+    }
     let name = encode(&field.name);
     if field.style == Style::Json {
         out.push(format!("{name}={}", encode(&json_text(value))));

@@ -128,3 +128,54 @@ fn versions_past_3_2_are_refused_by_name() {
         .unwrap_err();
     assert!(err.to_string().contains("supported: 2.0, 3.0.x, 3.1.x, 3.2.x"), "{err}");
 }
+
+/// A `querystring` parameter is the whole query string, serialized as its `content` says:
+/// JSON content as its JSON text, a string of another media type (JSONPath) as it is, both
+/// escaped, and never as a `name=value` pair (OpenAPI 3.2, the Parameter Object's
+/// examples). Both were sent as `name=value`.
+#[tokio::test]
+async fn a_querystring_parameter_is_the_whole_query_string() {
+    let base = echo_server().await;
+    let ok = json!({"200": {"description": "ok"}});
+    let document = json!({
+        "openapi": "3.2.0",
+        "info": {"title": "items", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {
+            "/json": {"get": {
+                "operationId": "byJson",
+                "parameters": [{"name": "json", "in": "querystring", "content": {
+                    "application/json": {"schema": {"type": "object",
+                        "properties": {"numbers": {"type": "array", "items": {"type": "integer"}}}}}}}],
+                "responses": ok
+            }},
+            "/select": {"get": {
+                "operationId": "bySelector",
+                "parameters": [{"name": "selector", "in": "querystring", "content": {
+                    "application/jsonpath": {"schema": {"type": "string"}}}}],
+                "responses": ok
+            }}
+        }
+    });
+    let provider = RestProvider::openapi_from_value(
+        "items",
+        document,
+        "items.json",
+        &OpenApiConfig::default(),
+    )
+    .unwrap();
+    let ctx = CallContext::new();
+    let target = |out: toolmux_core::ToolOutput| {
+        assert!(!out.is_error, "{}", out.to_text());
+        let echo: Value = serde_json::from_str(&out.to_text()).unwrap();
+        echo["target"].as_str().unwrap().to_owned()
+    };
+    let args = json!({"json": {"numbers": [1, 2]}});
+    let out = provider.call("by_json", args, &ctx).await.unwrap();
+    assert_eq!(target(out), "/json?%7B%22numbers%22%3A%5B1%2C2%5D%7D");
+    let args = json!({"selector": "$.a.b[1:1]"});
+    let out = provider.call("by_selector", args, &ctx).await.unwrap();
+    assert_eq!(target(out), "/select?%24.a.b%5B1%3A1%5D");
+    let out = provider.call("by_selector", json!({"selector": ""}), &ctx).await.unwrap();
+    assert_eq!(target(out), "/select");
+}

@@ -57,6 +57,13 @@ pub(crate) enum Style {
     /// A parameter described by `content` with a JSON media type: its value sent as JSON
     /// text (`filter={"a":1}`, escaped where it goes), not spread into pairs.
     Json,
+    /// An OpenAPI 3.2 `querystring` parameter: its value is the whole query string, its
+    /// name never sent. An object is written as `application/x-www-form-urlencoded`
+    /// pairs (`color=red&size=2`); with a JSON media type (`json`) the value is its JSON
+    /// text, escaped; any other value (a `text/plain` string) is its text, escaped.
+    QueryString {
+        json: bool,
+    },
 }
 
 /// One flat argument and where it goes.

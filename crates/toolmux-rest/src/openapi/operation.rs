@@ -285,8 +285,8 @@ fn build_operation(
         let location = match param.get("in").and_then(Value::as_str) {
             Some("path") => Location::Path,
             Some("query") => Location::Query,
-            // OpenAPI 3.2: the whole query string, one object whose properties become its
-            // `name=value` pairs (form encoding, as `application/x-www-form-urlencoded`).
+            // OpenAPI 3.2: the whole query string, serialized as its `content` says
+            // ([`Style::QueryString`]).
             Some("querystring") => Location::Query,
             Some("header") => Location::Header,
             Some("cookie") => Location::Cookie,
@@ -370,7 +370,7 @@ fn build_operation(
         }
         let schema = parameter_schema(doc, converter, param, &param_at)?;
         let (style, explode) = if param.get("in").and_then(Value::as_str) == Some("querystring") {
-            (Style::Form, true)
+            (Style::QueryString { json: json_content(param) }, false)
         } else {
             parameter_style(doc, param, location)
         };
@@ -750,13 +750,17 @@ fn with_description(schema: &mut Value, description: Option<&str>) {
     }
 }
 
-fn parameter_style(doc: &Document, param: &Value, location: Location) -> (Style, bool) {
-    let json_content = param
+/// Whether parameter `param` is described by `content` of a JSON media type.
+fn json_content(param: &Value) -> bool {
+    param
         .get("content")
         .and_then(Value::as_object)
         .and_then(|content| content.keys().next())
-        .is_some_and(|media| is_json_media(media));
-    if json_content {
+        .is_some_and(|media| is_json_media(media))
+}
+
+fn parameter_style(doc: &Document, param: &Value, location: Location) -> (Style, bool) {
+    if json_content(param) {
         return (Style::Json, false);
     }
     if doc.version == Version::Swagger2 {
