@@ -32,12 +32,13 @@ impl TraceParent {
     /// `00` (but not the invalid `ff`) is read by the `00` layout, as the specification
     /// asks, when what follows is `-` or nothing.
     pub fn parse(value: &str) -> Option<TraceParent> {
-        let value = value.trim();
-        let bytes = value.as_bytes();
+        // Read as bytes: the fields are ASCII, and slicing the text would panic on a
+        // character of several bytes straddling a field's boundary.
+        let bytes = value.trim().as_bytes();
         if bytes.len() < 55 {
             return None;
         }
-        let version = hex_bytes::<1>(&value[0..2])?[0];
+        let version = hex_bytes::<1>(&bytes[0..2])?[0];
         let exact = bytes.len() == 55;
         if version == 0xff || (version == 0 && !exact) || (!exact && bytes[55] != b'-') {
             return None;
@@ -45,9 +46,9 @@ impl TraceParent {
         if bytes[2] != b'-' || bytes[35] != b'-' || bytes[52] != b'-' {
             return None;
         }
-        let trace_id = hex_bytes::<16>(&value[3..35])?;
-        let span_id = hex_bytes::<8>(&value[36..52])?;
-        let flags = hex_bytes::<1>(&value[53..55])?[0];
+        let trace_id = hex_bytes::<16>(&bytes[3..35])?;
+        let span_id = hex_bytes::<8>(&bytes[36..52])?;
+        let flags = hex_bytes::<1>(&bytes[53..55])?[0];
         if trace_id.iter().all(|b| *b == 0) || span_id.iter().all(|b| *b == 0) {
             return None;
         }
@@ -70,8 +71,7 @@ impl fmt::Display for TraceParent {
 }
 
 /// `N` bytes from `2N` lowercase hex digits (W3C Trace Context allows no capitals).
-fn hex_bytes<const N: usize>(text: &str) -> Option<[u8; N]> {
-    let digits = text.as_bytes();
+fn hex_bytes<const N: usize>(digits: &[u8]) -> Option<[u8; N]> {
     if digits.len() != 2 * N {
         return None;
     }
@@ -172,6 +172,11 @@ mod tests {
             "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
             "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e47-3600f067aa0ba902b7-01",
+            // A character of several bytes in or across a field (the first straddles the
+            // version's end): not valid, and no panic.
+            "0é-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473é00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902bé-1",
         ] {
             assert_eq!(TraceParent::parse(invalid), None, "{invalid}");
         }
