@@ -900,8 +900,13 @@ fn listen_for_list_changes(server: &str, connection: &Connection, events: &Arc<E
                     }
                     tracing::debug!(server = %server, "the subscriptions/listen stream ended");
                 }
-                Err(ServiceError::McpError(e)) => {
-                    // Refused for good (an error answer, not a broken transport).
+                // Refused for good: the server's own error answer. An answer lost on the
+                // way (its stream cut before the acknowledgment) or a request not
+                // delivered comes as an error too, made here, and is tried again below.
+                Err(ServiceError::McpError(e))
+                    if !crate::transport::is_answer_lost(&e)
+                        && !crate::transport::is_undelivered(&e) =>
+                {
                     tracing::debug!(server = %server, error = %e.message, "subscriptions/listen refused");
                     return;
                 }

@@ -386,6 +386,60 @@ async fn http_2026_07_28_a_subscription_that_ends_is_made_again() {
     provider.shutdown().await.unwrap();
 }
 
+/// A 2026-07-28 subscription whose answer stream ends before the server acknowledged it
+/// (a proxy cutting it, the server dying mid-answer) is asked for again, as one that ends
+/// later is: an answer lost on the way is no refusal. (The client took it for one and
+/// stopped listening for good, so no list change of the connection reached it.)
+#[tokio::test]
+async fn http_2026_07_28_a_subscription_cut_before_its_acknowledgment_is_made_again() {
+    use axum::response::IntoResponse;
+    let server = FaultServer::new(None, CancellationToken::new());
+    let listens = server.listens.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default(),
+    );
+    // The first `subscriptions/listen` gets an event stream that ends at once.
+    let cuts = Arc::new(AtomicUsize::new(1));
+    let cutting = cuts.clone();
+    let cut_first_listen = move |request: axum::extract::Request, next: axum::middleware::Next| {
+        let cutting = cutting.clone();
+        async move {
+            let method = request.headers().get("mcp-method");
+            let listen = method.is_some_and(|m| m == "subscriptions/listen");
+            if listen
+                && cutting
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                return ([("content-type", "text/event-stream")], "").into_response();
+            }
+            next.run(request).await
+        }
+    };
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(cut_first_listen));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move { axum::serve(listener, router).await });
+    let config =
+        McpServerConfig::remote(TransportKind::Http, url).with_protocol(ProtocolMode::Auto);
+    let provider = McpProvider::new("rmcp", config).unwrap();
+    provider.warmup().await.unwrap();
+    assert_eq!(provider.protocol_version().as_deref(), Some("2026-07-28"));
+    eventually("the subscription", || async { listens.load(Ordering::SeqCst) == 1 }).await;
+    assert_eq!(cuts.load(Ordering::SeqCst), 0, "the first subscription was cut");
+    let mut changes = provider.tool_list_changes().unwrap();
+    provider.call("add_tool", json!({}), &CallContext::new()).await.unwrap();
+    let changed = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
+    assert_eq!(changed, Ok(true));
+    assert!(provider.has_tool("extra").await);
+    provider.shutdown().await.unwrap();
+    task.abort();
+}
+
 #[tokio::test]
 async fn http_legacy_conformance_and_list_changed_by_notification() {
     let peer = http_peer(None).await;
