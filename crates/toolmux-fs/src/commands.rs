@@ -289,6 +289,11 @@ impl CommandTools {
                 if let Ok(Ok(_)) = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await {
                     group.disarm();
                 }
+                // What it made is moved aside as after an exit (logged only: there is no
+                // result to name it in).
+                if let Some(note) = self.sandbox.command_ended(absent).await {
+                    tracing::warn!(tool = name, "{note}");
+                }
                 return Err(ToolError::Cancelled { tool: name.to_owned() });
             }
         };

@@ -481,6 +481,12 @@ pub(crate) async fn run(
     let (out, out_held) = finish(stdout, drained, &stop).await;
     let (err, err_held) = finish(stderr, drained, &stop).await;
     if matches!(end, End::Cancelled) {
+        // The group is dead: what it made of the watched paths is moved aside all the
+        // same (a cancelled command may have planted `.git` first), and only logged, as
+        // the caller gets no result.
+        if let Some(note) = sandbox.command_ended(absent).await {
+            tracing::warn!(tool, "{note}");
+        }
         return Err(FsError::Cancelled { tool });
     }
     let mut text = String::new();

@@ -734,6 +734,57 @@ async fn what_a_command_tool_makes_of_watched_files_is_moved_aside() {
     }
 }
 
+/// What a command plants of the watched paths (a `.git` with a hook, where the root has
+/// none) is moved aside when the call is cancelled too, once the group is killed, for
+/// `bash` and for a command tool alike: a cancelled call skipped the check, so a command
+/// could plant a repository and sleep until the caller gave up on it.
+#[tokio::test]
+async fn what_a_cancelled_command_planted_is_moved_aside() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let config = FsConfig::new(&root).with_permissions([Permission::Read, Permission::Execute]);
+    let script = "mkdir -p .git/hooks && echo x > .git/hooks/x && sleep 30";
+    let tool = CommandToolConfig {
+        description: "plants".into(),
+        command: CommandLine::Shell(script.into()),
+        ..CommandToolConfig::default()
+    };
+    let tools = CommandTools::new(&BTreeMap::from([("plant".to_owned(), tool)]), &config).unwrap();
+    let fs = FsProvider::new(config).unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    // Cancels `call` once the hook is there, and checks the call ended cancelled with the
+    // repository moved aside.
+    let cancelled = async |call: std::pin::Pin<Box<dyn Future<Output = Option<String>> + '_>>,
+                           ctx: &CallContext| {
+        let token = ctx.cancel_token().clone();
+        let cancel = async {
+            let hook = root.join(".git/hooks/x");
+            let waited = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+                while !hook.exists() {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            })
+            .await;
+            token.cancel();
+            waited.expect("the command planted its hook");
+        };
+        let (code, ()) = tokio::join!(call, cancel);
+        assert_eq!(code.as_deref(), Some("cancelled"));
+        assert!(!root.join(".git").exists());
+        assert!(root.join(".git.rejected/hooks/x").is_file());
+        std::fs::remove_dir_all(root.join(".git.rejected")).unwrap();
+    };
+    let ctx = CallContext::new();
+    let call = fs.call("bash", json!({"command": script}), &ctx);
+    cancelled(Box::pin(async { call.await.err().map(|e| e.code().to_owned()) }), &ctx).await;
+    let ctx = CallContext::new();
+    let call = tools.call("plant", json!({}), &ctx);
+    cancelled(Box::pin(async { call.await.err().map(|e| e.code().to_owned()) }), &ctx).await;
+}
+
 /// The spill directory, where toolmux writes full outputs and background tasks' logs, is
 /// read-only to commands where they could write it (the default one is in `/tmp`): a
 /// command could rewrite the full output the model is pointed to, or rename the folder
