@@ -271,7 +271,13 @@ impl Task {
 
 impl Drop for Task {
     fn drop(&mut self) {
-        // The output file lives as long as the task is kept.
+        // The output file lives as long as the task is kept. Removed by path, not through
+        // the spill directory's handle: a command can swap the directory on that path only
+        // where it may write its parent and no read-only view covers it (no mount
+        // namespaces, or the sandbox off), and then what the path leads to is a folder of
+        // its choice, where the unlink removes only an entry of the log's own name (with its
+        // 64 random bits), which the command can have put only where it could remove it
+        // itself; a symlink in the last place is removed, never followed.
         let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         if let Some((path, _)) = state.file.take() {
             let _ = std::fs::remove_file(path);
