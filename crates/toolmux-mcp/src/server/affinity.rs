@@ -34,6 +34,7 @@
 
 use super::handler::Shared;
 use super::http::{MCP_PATH, MCP_SESSION_ID, read_body, request_id, session_not_found};
+use super::interact::{StateSeal, random_key};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -71,6 +72,18 @@ pub trait SessionDirectory: Send + Sync + std::fmt::Debug {
     fn release_task(&self, task: String, owner: String) -> DirectoryFuture<()> {
         self.release(task_record(&task), owner)
     }
+
+    /// The key every replica seals `requestState` with, so that the next round of a
+    /// stateless multi-round request (2026-07-28) opens at whichever replica it reaches:
+    /// the key already shared, else `candidate` (fresh random bytes), stored as the shared
+    /// one; whichever replica stores its candidate first, all then read the same key.
+    ///
+    /// By default `None`: each replica keys its own, and a next round reaching another
+    /// replica fails verification unless the balancer sends it back.
+    fn seal_key(&self, candidate: [u8; 32]) -> DirectoryFuture<Option<[u8; 32]>> {
+        let _ = candidate;
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// The name a task's record takes among the sessions' by default.
@@ -107,6 +120,8 @@ const RECORD_TTL: Duration = Duration::from_secs(60);
 const RENEW_EVERY: Duration = Duration::from_secs(20);
 /// The longest wait for the directory.
 const DIRECTORY_WAIT: Duration = Duration::from_secs(3);
+/// The longest wait at start for the key the replicas seal `requestState` with.
+const SEAL_KEY_WAIT: Duration = Duration::from_secs(10);
 /// The longest wait for a connection to the holder.
 const CONNECT_WAIT: Duration = Duration::from_secs(2);
 /// The longest wait for the holder's answer to begin (an event stream begins at once).
@@ -309,6 +324,29 @@ impl Registry {
     /// How often [`Registry::renew`] is to run.
     pub(crate) fn renew_every() -> Duration {
         RENEW_EVERY
+    }
+}
+
+/// The seal of `requestState` for a server sharing `affinity`'s directory: keyed with the
+/// key the replicas share ([`SessionDirectory::seal_key`]), or this server's own when the
+/// directory shares none; why there is none, to refuse to start with, when the directory
+/// does not answer (each replica keying its own would fail every next round that reaches
+/// another replica).
+pub(crate) async fn shared_seal(affinity: &SessionAffinity) -> Result<StateSeal, String> {
+    let candidate = random_key()?;
+    match tokio::time::timeout(SEAL_KEY_WAIT, affinity.directory.seal_key(candidate)).await {
+        Ok(Ok(Some(key))) => Ok(StateSeal::with_key(key)),
+        Ok(Ok(None)) => Ok(StateSeal::with_key(candidate)),
+        Ok(Err(e)) => Err(format!(
+            "cannot read from the session directory the key the replicas share to seal \
+             requestState: {}; check that the backend (`backend.redis`) answers and that its \
+             user may write under its prefix",
+            toolmux_core::error_report(&*e)
+        )),
+        Err(_) => Err(format!(
+            "the session directory gave no key to seal requestState with within \
+             {SEAL_KEY_WAIT:?}; check that the backend (`backend.redis`) answers"
+        )),
     }
 }
 

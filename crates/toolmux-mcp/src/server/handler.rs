@@ -135,7 +135,19 @@ struct Listing {
 }
 
 impl Shared {
+    /// What the sessions of a server of `provider` share, sealing `requestState` with a
+    /// key of its own.
     pub(crate) fn new(provider: Arc<dyn ToolProvider>, options: ServeOptions) -> Arc<Shared> {
+        Shared::with_seal(provider, options, StateSeal::new())
+    }
+
+    /// [`Shared::new`], sealing `requestState` with `seal` (or failing the requests that
+    /// need it with the error).
+    pub(crate) fn with_seal(
+        provider: Arc<dyn ToolProvider>,
+        options: ServeOptions,
+        seal: Result<StateSeal, String>,
+    ) -> Arc<Shared> {
         // Patterns were checked where they were configured; one that does not compile
         // here matches nothing.
         let mut globs = globset::GlobSetBuilder::new();
@@ -212,7 +224,7 @@ impl Shared {
             sessions: AtomicU64::new(0),
             stateless_run: Arc::from(format!("mcp-{server_id}-stateless")),
             server_id,
-            seal: StateSeal::new(),
+            seal,
             tasks: TaskStore::default(),
             registry: OnceLock::new(),
             task_tools,
@@ -684,7 +696,13 @@ impl Gateway {
             .meta
             .log_level()
             .and_then(|level| convert::log_level(&serde_json::to_value(level).ok()?));
-        let binding = binding();
+        let mut binding = binding();
+        // A state minted for one key holder does not open for another, who would
+        // otherwise reuse the answers (approvals too) the first gave.
+        if let Some(holder) = self.holder(context) {
+            binding.extend_from_slice(b"\0holder\0");
+            binding.extend_from_slice(holder.as_bytes());
+        }
         let mut answers = BTreeMap::new();
         if let Some(state) = request_state {
             let seal = self
@@ -1230,7 +1248,8 @@ fn resource_error(error: &ToolError) -> ErrorData {
 }
 
 /// A canonical byte form of a request, binding `requestState` to it: the method, the
-/// name and the arguments with their keys sorted.
+/// name and the arguments with their keys sorted ([`Gateway::exchange`] adds the key
+/// holder).
 fn binding(method: &str, name: &str, arguments: &Value) -> Vec<u8> {
     fn canonical(value: &Value, out: &mut String) {
         match value {

@@ -402,7 +402,8 @@ impl Round {
 }
 
 /// Seals and opens `requestState`: the answers of earlier rounds, bound to the request
-/// they were given for, signed with a key only this process knows.
+/// they were given for (and its key holder), signed with a key only this process knows, or
+/// only the replicas sharing a session directory ([`super::SessionDirectory::seal_key`]).
 #[derive(Debug)]
 pub(crate) struct StateSeal {
     codec: RequestStateCodec,
@@ -411,10 +412,12 @@ pub(crate) struct StateSeal {
 impl StateSeal {
     /// A seal with a fresh key from the operating system's random source.
     pub(crate) fn new() -> Result<Self, String> {
-        let mut key = vec![0u8; 32];
-        getrandom::getrandom(&mut key)
-            .map_err(|e| format!("no operating-system randomness to key requestState: {e}"))?;
-        Ok(StateSeal { codec: RequestStateCodec::new_unchecked(key) })
+        Ok(StateSeal::with_key(random_key()?))
+    }
+
+    /// A seal with `key`, which other replicas may share.
+    pub(crate) fn with_key(key: [u8; 32]) -> Self {
+        StateSeal { codec: RequestStateCodec::new_unchecked(key.to_vec()) }
     }
 
     /// The state to send with an `InputRequiredResult`.
@@ -435,4 +438,12 @@ impl StateSeal {
             .map_err(|e| format!("requestState failed verification: {e}"))?;
         serde_json::from_slice(&payload).map_err(|e| format!("requestState is malformed: {e}"))
     }
+}
+
+/// 32 bytes from the operating system's random source, to key a [`StateSeal`].
+pub(crate) fn random_key() -> Result<[u8; 32], String> {
+    let mut key = [0u8; 32];
+    getrandom::getrandom(&mut key)
+        .map_err(|e| format!("no operating-system randomness to key requestState: {e}"))?;
+    Ok(key)
 }

@@ -176,7 +176,11 @@ pub struct ServeOptions {
     /// Over HTTP, sessions shared with other replicas behind one load balancer: each
     /// session is recorded as this server's in a directory the replicas share, and a
     /// request of a session another replica holds is forwarded to it (`None`: sessions are
-    /// this server's alone, and another replica's are not found).
+    /// this server's alone, and another replica's are not found). The replicas seal the
+    /// stateless revision's `requestState` with one key the directory keeps
+    /// ([`SessionDirectory::seal_key`]), read when the server starts, so that a request's
+    /// next round may reach any replica; a directory that does not answer then fails the
+    /// start.
     pub affinity: Option<SessionAffinity>,
     /// Over stdio (and [`serve_fds`], [`serve_io`]), how long the calls in flight when the
     /// client's input ends may still run (each within its own timeout) before they are
@@ -431,7 +435,19 @@ pub async fn bind_http(
         transport: "http",
         source: source.into(),
     })?;
-    let shared = Shared::new(provider, options);
+    // Replicas sharing a directory seal `requestState` with one key, so that a stateless
+    // request's next round may reach any of them.
+    let shared = match &options.affinity {
+        Some(affinity) => {
+            let seal = affinity::shared_seal(affinity).await.map_err(|why| McpError::Serve {
+                server: server.clone(),
+                transport: "http",
+                source: why.into(),
+            })?;
+            Shared::with_seal(provider, options, Ok(seal))
+        }
+        None => Shared::new(provider, options),
+    };
     // Clients of every kind share the served names: no one client's profile is taken.
     shared.naming();
     shared.keep_listing(shutdown.child_token());

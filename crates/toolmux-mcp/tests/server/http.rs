@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use toolmux_core::{ToolProvider, ToolSpec};
-use toolmux_mcp::server::{ApiKey, ApiKeys, ServeOptions};
+use toolmux_mcp::server::{
+    ApiKey, ApiKeys, DirectoryFuture, ServeOptions, SessionAffinity, SessionDirectory,
+};
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
 #[tokio::test]
@@ -759,13 +761,143 @@ async fn a_key_holder_hears_only_of_changes_to_its_own_lists() {
 /// elicitation, `params`' entries (`requestState`, `inputResponses`) added to the request;
 /// returns the JSON-RPC result.
 async fn stateless_round(url: &str, tool: &str, arguments: Value, params: Value) -> Value {
-    let mut body = crate::support::stateless_request(tool, arguments, json!({"elicitation": {}}));
-    for (key, value) in params.as_object().expect("params entries as an object") {
-        body["params"][key] = value.clone();
-    }
-    let (_, text) = crate::support::post_stateless_call(url, tool, &body, &[]).await;
-    let answer = answer_of(&text);
+    let answer = stateless_round_answer(url, tool, arguments, params, None).await;
     answer.get("result").cloned().unwrap_or_else(|| panic!("a result: {answer}"))
+}
+
+/// [`stateless_round`] with `key` as the bearer token when given; returns the JSON-RPC
+/// answer (a result or an error).
+async fn stateless_round_answer(
+    url: &str,
+    tool: &str,
+    arguments: Value,
+    params: Value,
+    key: Option<&str>,
+) -> Value {
+    let mut body = crate::support::stateless_request(tool, arguments, json!({"elicitation": {}}));
+    for (name, value) in params.as_object().expect("params entries as an object") {
+        body["params"][name] = value.clone();
+    }
+    let bearer = key.map(|key| format!("Bearer {key}"));
+    let headers: Vec<_> = bearer.iter().map(|b| ("authorization", b.as_str())).collect();
+    let (_, text) = crate::support::post_stateless_call(url, tool, &body, &headers).await;
+    answer_of(&text)
+}
+
+/// A session directory in memory, shared by the servers given it, which keeps the first
+/// `requestState` key offered and gives it to every server; `broken`: it answers nothing.
+#[derive(Debug, Default)]
+struct MemoryDirectory {
+    records: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    seal_key: std::sync::Mutex<Option<[u8; 32]>>,
+    broken: bool,
+}
+
+impl MemoryDirectory {
+    fn answer<T: Send + 'static>(&self, value: T) -> DirectoryFuture<T> {
+        let broken = self.broken;
+        Box::pin(async move {
+            if broken {
+                return Err("the directory is down".into());
+            }
+            Ok(value)
+        })
+    }
+
+    fn records(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, String>> {
+        self.records.lock().unwrap()
+    }
+}
+
+impl SessionDirectory for MemoryDirectory {
+    fn claim(&self, session: String, owner: String, _: std::time::Duration) -> DirectoryFuture<()> {
+        self.records().insert(session, owner);
+        self.answer(())
+    }
+
+    fn owner(&self, session: String) -> DirectoryFuture<Option<String>> {
+        let owner = self.records().get(&session).cloned();
+        self.answer(owner)
+    }
+
+    fn release(&self, session: String, owner: String) -> DirectoryFuture<()> {
+        self.records().retain(|s, o| *s != session || *o != owner);
+        self.answer(())
+    }
+
+    fn seal_key(&self, candidate: [u8; 32]) -> DirectoryFuture<Option<[u8; 32]>> {
+        let key = *self.seal_key.lock().unwrap().get_or_insert(candidate);
+        self.answer(Some(key))
+    }
+}
+
+/// A stateless request's next round reaches another replica sharing the session
+/// directory, as a round-robin balancer sends it, and completes there: the replicas seal
+/// `requestState` with the key the directory shares. The state opens for the key holder
+/// it was given to only; a server keying its own (no directory) cannot open it; a
+/// directory that gives no key fails the start, saying what to check.
+#[tokio::test]
+async fn a_stateless_next_round_completes_at_another_replica_for_its_holder_only() {
+    use toolmux_core::{ElicitationRequest, ToolKind, ToolOutput, ToolSet};
+    let tools = ToolSet::new("t", ToolKind::Builtin).with_tool(
+        ToolSpec::new("ask", "Asks one question", json!({"type": "object"})),
+        |_, ctx: toolmux_core::CallContext| async move {
+            let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}}});
+            let answer = ctx.elicit(ElicitationRequest::new("a question", schema)).await?;
+            let content = answer.content.unwrap_or_default();
+            Ok(ToolOutput::text(format!("answered: {}", content["answer"])))
+        },
+    );
+    let tools: Arc<dyn ToolProvider> = Arc::new(tools);
+    let (alice, bob) = ("alice-key-0123456789", "bob-key-0123456789ab");
+    let keys = ApiKeys::new(vec![
+        ApiKey { name: "alice".into(), key: alice.into() },
+        ApiKey { name: "bob".into(), key: bob.into() },
+    ]);
+    let directory = Arc::new(MemoryDirectory::default());
+    let shared = ServeOptions {
+        api_keys: keys.clone(),
+        affinity: Some(SessionAffinity { directory: directory.clone(), advertise_url: None }),
+        ..ServeOptions::default()
+    };
+    let a = HttpServer::start(tools.clone(), shared.clone()).await;
+    let b = HttpServer::start(tools.clone(), shared).await;
+    let alone = ServeOptions { api_keys: keys, ..ServeOptions::default() };
+    let c = HttpServer::start(tools.clone(), alone).await;
+
+    let first = stateless_round_answer(&a.url(), "ask", json!({}), json!({}), Some(alice)).await;
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    let key = result["inputRequests"].as_object().expect("input requests").keys().next();
+    let accept = json!({"action": "accept", "content": {"answer": "yes"}});
+    let next =
+        json!({"requestState": result["requestState"], "inputResponses": {key.unwrap(): accept}});
+
+    let at_b = stateless_round_answer(&b.url(), "ask", json!({}), next.clone(), Some(alice)).await;
+    assert_eq!(at_b["result"]["content"][0]["text"], "answered: \"yes\"", "{at_b}");
+    for (url, holder, whose) in
+        [(b.url(), bob, "another holder's"), (c.url(), alice, "a lone server's")]
+    {
+        let refused =
+            stateless_round_answer(&url, "ask", json!({}), next.clone(), Some(holder)).await;
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("requestState failed verification"), "{whose}: {refused}");
+    }
+    for server in [a, b, c] {
+        server.stop().await;
+    }
+
+    let broken = Arc::new(MemoryDirectory { broken: true, ..MemoryDirectory::default() });
+    let options = ServeOptions {
+        affinity: Some(SessionAffinity { directory: broken, advertise_url: None }),
+        ..ServeOptions::default()
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let started =
+        toolmux_mcp::server::bind_http(tools, "127.0.0.1:0".parse().unwrap(), options, shutdown)
+            .await;
+    let error = toolmux_core::error_report(&started.expect_err("no start without the shared key"));
+    assert!(error.contains("the directory is down") && error.contains("check that"), "{error}");
 }
 
 /// In a stateless round an approval's question names the call it approves: a tool that
