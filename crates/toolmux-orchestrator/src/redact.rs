@@ -168,6 +168,12 @@ impl Secret {
     }
 }
 
+/// `secret` as a JSON string holds it, without the quotes.
+fn json_escaped(secret: &str) -> Option<String> {
+    let quoted = serde_json::to_string(secret).ok()?;
+    Some(quoted.strip_prefix('"')?.strip_suffix('"')?.to_owned())
+}
+
 /// Bytes `a` and `b` begin with in common, at a character boundary.
 fn common_prefix(a: &str, b: &str) -> usize {
     a.char_indices()
@@ -188,8 +194,20 @@ fn common_suffix(a: &str, b: &str) -> usize {
 impl Redactor {
     /// A redactor for `secrets`; values shorter than 4 characters are ignored (they would
     /// mangle ordinary text and are not secret anyway).
+    ///
+    /// A secret holding a character that JSON escapes (a PEM key's line breaks, a quote, a
+    /// backslash) is also redacted as a JSON string writes it (`\n` for a line break): text
+    /// that embeds JSON, such as a server's text part holding its JSON answer, does not
+    /// hold the secret as it is.
     pub fn new(secrets: impl IntoIterator<Item = String>) -> Self {
-        let mut secrets: Vec<String> = secrets.into_iter().filter(|s| s.len() >= 4).collect();
+        let mut secrets: Vec<String> = secrets
+            .into_iter()
+            .filter(|s| s.len() >= 4)
+            .flat_map(|s| {
+                let escaped = json_escaped(&s).filter(|escaped| *escaped != s);
+                std::iter::once(s).chain(escaped)
+            })
+            .collect();
         secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         secrets.dedup();
         let secrets: Vec<Secret> = secrets.into_iter().map(Secret::new).collect();
@@ -484,6 +502,16 @@ mod tests {
         assert!(out.iter().all(|piece| !piece.contains("s3cr")), "{out:?}");
         let (_, whole) = streamed(&r, &["tail s3cr3t-value-1", "2"]);
         assert_eq!(whole, "tail [redacted]");
+    }
+
+    #[test]
+    fn a_secret_is_redacted_as_json_writes_it_too() {
+        let pem = "line-one-secret\nline-two-secret";
+        let quoted = r#"say "hi" \ bye"#;
+        let r = Redactor::new([pem.to_owned(), quoted.to_owned()]);
+        let text = serde_json::json!({"k": pem, "q": quoted}).to_string();
+        assert_eq!(r.redact(&text), r#"{"k":"[redacted]","q":"[redacted]"}"#);
+        assert_eq!(r.redact(&format!("raw: {pem}")), "raw: [redacted]");
     }
 
     #[test]

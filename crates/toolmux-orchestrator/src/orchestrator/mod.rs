@@ -1664,7 +1664,7 @@ impl Orchestrator {
         // requests of calls made at once cannot be told apart wrongly; the arguments only
         // when the target's trace is on (`defaults.traceMCP`).
         if tracing::enabled!(target: "toolmux::tool", tracing::Level::TRACE) {
-            let arguments = self.inner.redactor.redact(&arguments.to_string()).into_owned();
+            let arguments = self.redacted_value(&arguments);
             tracing::debug!(target: "toolmux::tool", "tool request → {tool}\n    parameters: {arguments}");
         } else {
             tracing::debug!(target: "toolmux::tool", "tool request → {tool}");
@@ -1698,18 +1698,13 @@ impl Orchestrator {
         (result, entry, elapsed)
     }
 
-    /// `value` with the configuration's secrets redacted (as JSON text when a secret
-    /// spanned its structure).
+    /// `value` with the configuration's secrets redacted from its strings and keys: in the
+    /// values, before any is written out as JSON, which would escape a secret's line
+    /// breaks or quotes so that its text no longer holds it.
     fn redacted_value(&self, value: &Value) -> Value {
-        let redactor = &self.inner.redactor;
-        if redactor.is_empty() {
-            return value.clone();
-        }
-        let text = value.to_string();
-        match redactor.redact(&text) {
-            Cow::Borrowed(_) => value.clone(),
-            Cow::Owned(clean) => serde_json::from_str(&clean).unwrap_or(Value::String(clean)),
-        }
+        let mut value = value.clone();
+        self.inner.redactor.redact_json(&mut value);
+        value
     }
 
     fn redact_result(
@@ -2014,6 +2009,13 @@ impl Orchestrator {
         meta: &CallMeta,
     ) -> Result<ToolOutput, ToolError> {
         let mut output = output;
+        // Redacted in its values first: every stage after this one writes some of it out
+        // as text (the size caps, the spill, a schema violation, the events), and JSON
+        // written out escapes a secret's line breaks or quotes, which its text then does
+        // not hold as the secret is.
+        if !self.inner.redactor.is_empty() {
+            redact_output(&self.inner.redactor, &mut output);
+        }
         self.name_links_as_listed(entry.provider.namespace(), &mut output);
         crate::normalize::normalize(&mut output, &entry.name, entry.spec.output_schema.is_some());
         let max = self.response_max(entry);

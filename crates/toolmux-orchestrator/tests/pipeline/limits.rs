@@ -10,7 +10,7 @@ use toolmux_core::{
 };
 use toolmux_orchestrator::{
     MAX_HINTED_RESPONSE_BYTES, Orchestrator, OrchestratorConfig, OversizeMode, RetryPolicy,
-    RunBudgetConfig, ToolSettings,
+    RunBudgetConfig, ToolEvent, ToolSettings,
 };
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -700,6 +700,87 @@ async fn secrets_are_redacted_from_json_structured_content_and_resources() {
     let shown = serde_json::to_string(&answered).unwrap();
     assert!(!shown.contains("s3cr3t"), "{shown}");
     assert_eq!(answered.extras["url"], json!("https://h/?k=[redacted]"));
+}
+
+/// A secret holding characters JSON escapes (a PEM key's line breaks, a quote, a
+/// backslash) does not appear literally once JSON is written out as text, so it is
+/// redacted in the values before they are written, and in text that embeds it as JSON:
+/// in what a call answers, the events' arguments and results, a spilled structured
+/// content and a schema violation's text. (Each of these held `line-two-secret`.)
+#[tokio::test(start_paused = true)]
+async fn secrets_that_json_escapes_are_redacted_wherever_json_becomes_text() {
+    const PEM: &str = "line-one-secret\nline-two-secret";
+    const QUOTED: &str = "quote\"and\\slash-secret";
+    let visible = |text: &str| {
+        ["line-one-secret", "line-two-secret", "quote", "slash-secret"]
+            .iter()
+            .any(|line| text.contains(line))
+    };
+    let rows: Vec<String> = (0..50).map(|i| format!("row {i}")).collect();
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+    let typed = |name: &str| {
+        ToolSpec::new(name, "typed", json!({"type": "object"})).with_output_schema(schema.clone())
+    };
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("json", Behavior::Output(ToolOutput::json(json!({"k": PEM, "q": QUOTED}))))
+            .with_tool("embedded", Behavior::Text(json!({"k": PEM, "q": QUOTED}).to_string()))
+            .with_tool("echo", Behavior::Echo)
+            .with_spec(
+                typed("big"),
+                Behavior::Output(ToolOutput {
+                    structured: Some(json!({"k": PEM, "rows": rows})),
+                    ..ToolOutput::text("rows")
+                }),
+            )
+            .with_spec(
+                typed("wrong"),
+                Behavior::Output(ToolOutput {
+                    structured: Some(json!({"n": PEM})),
+                    ..ToolOutput::text("n")
+                }),
+            ),
+    );
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let config = OrchestratorConfig {
+        structured_max_bytes: 200,
+        ..OrchestratorConfig::default().with_response_max_bytes(200)
+    };
+    let o = Orchestrator::builder(config)
+        .output_store(Arc::new(toolmux_orchestrator::store::DirectoryStore::new(dir.path())))
+        .provider(p)
+        .secrets([PEM.to_owned(), QUOTED.to_owned()])
+        .build()
+        .expect("valid configuration");
+    assert!(o.warmup().await.is_ok());
+    let mut events = o.subscribe();
+    for tool in ["m__json", "m__embedded", "m__wrong"] {
+        let answered = call(&o, tool, json!({})).await;
+        let shown = format!("{:?} {:?}", answered.result, answered.error);
+        assert!(shown.contains("[redacted]") && !visible(&shown), "{tool}: {shown}");
+        let served = o.call_tool(tool, json!({}), &CallContext::new()).await.unwrap();
+        let shown = serde_json::to_string(&served).unwrap();
+        assert!(!visible(&shown), "{tool}: {shown}");
+    }
+    let answered = call(&o, "m__echo", json!({"k": PEM, "q": QUOTED})).await;
+    assert_eq!(answered.result.as_deref(), Some(r#"{"k":"[redacted]","q":"[redacted]"}"#));
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        seen.push(event);
+    }
+    let ToolEvent::ToolStarted { arguments, .. } = &seen[seen.len() - 2] else {
+        panic!("{seen:?}")
+    };
+    assert_eq!(arguments.as_ref(), Some(&json!({"k": "[redacted]", "q": "[redacted]"})));
+    for event in &seen {
+        let shown = format!("{event:?}");
+        assert!(!visible(&shown), "{shown}");
+    }
+    let big = call(&o, "m__big", json!({})).await;
+    let big = big.error.or(big.result).expect("a note naming the stored content");
+    let handle = big.rsplit('`').nth(1).expect(&big);
+    let stored = o.read_output(handle, 0, 10).await.unwrap().text;
+    assert!(stored.contains("[redacted]") && !visible(&stored), "{stored}");
 }
 
 /// Tools `m__typed` (with an output schema: `rows` of JSON type `rows`) and `m__untyped`
