@@ -42,7 +42,8 @@ pub(crate) struct MultipartField {
 }
 
 impl PreparedRequest {
-    /// Appends `name=value` (both raw) to the query.
+    /// Appends `name=value` (both raw) to the query (the URL has no fragment: templates and
+    /// server URLs are read without theirs).
     pub(crate) fn add_query(&mut self, name: &str, value: &str) {
         let sep = if self.url.contains('?') { '&' } else { '?' };
         self.url.push(sep);
@@ -277,6 +278,8 @@ pub(crate) fn build(
     let slash = if path.starts_with('/') { "" } else { "/" };
     // A server URL with a query (`https://h/v1?tenant=acme`) keeps it after the path,
     // ahead of the operation's own query parameters.
+    // A server URL's fragment is never sent: the path and query go where it was.
+    let base_url = base_url.split_once('#').map_or(base_url, |(url, _)| url);
     let (base, base_query) = base_url.split_once('?').unwrap_or((base_url, ""));
     let mut url = format!("{}{slash}{path}", base.trim_end_matches('/'));
     let query: Vec<&str> = std::iter::once(base_query)

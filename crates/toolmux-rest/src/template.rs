@@ -231,7 +231,11 @@ pub(crate) struct UrlTemplate {
 }
 
 impl UrlTemplate {
+    /// The template of URL `url`, without its fragment: a fragment is never sent (it is
+    /// the client's), and the query the arguments add must go before it, or the request
+    /// would lose that query with the fragment.
     pub(crate) fn parse(url: &str) -> UrlTemplate {
+        let url = url.split_once('#').map_or(url, |(url, _)| url);
         let (path, query) = url.split_once('?').unwrap_or((url, ""));
         let query = query
             .split('&')

@@ -1115,3 +1115,34 @@ async fn a_base_url_query_goes_after_the_path() {
         assert_eq!(lines.lock().unwrap().last().unwrap(), line);
     }
 }
+
+/// A fragment in an inline tool's URL is never sent, and the query goes where it was: the
+/// arguments' query was written after the fragment (`/a#frag?x=1`), so the request lost it
+/// with the fragment (`GET /a`). An OpenAPI server URL's fragment is dropped too: the
+/// operation's path went after it.
+#[tokio::test]
+async fn a_urls_fragment_is_never_sent_and_the_query_goes_before_it() {
+    let (base, seen) = recording_server().await;
+    let provider = inline(json!({
+        "plain": {"description": "P", "method": "GET", "url": format!("{base}/a#frag")},
+        "templated": {"description": "T", "method": "GET",
+            "url": format!("{base}/b?y=${{parameters.y}}#top"), "query": {"z": "3"}}
+    }));
+    let ctx = CallContext::new();
+    let out = provider.call("plain", json!({"x": 1}), &ctx).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    assert_eq!(seen.lock().unwrap().last().unwrap(), "GET /a?x=1 HTTP/1.1");
+    let out = provider.call("templated", json!({"y": 2, "x": 1}), &ctx).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    assert_eq!(seen.lock().unwrap().last().unwrap(), "GET /b?y=2&z=3&x=1 HTTP/1.1");
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "u", "version": "1"},
+        "servers": [{"url": format!("{base}/v1#docs")}],
+        "paths": {"/ping": {"get": {"operationId": "ping", "parameters": [
+            {"name": "q", "in": "query", "schema": {"type": "string"}}]}}}});
+    let import =
+        RestProvider::openapi_from_value("api", doc, "api.json", &OpenApiConfig::default())
+            .unwrap();
+    let out = import.call("ping", json!({"q": "w"}), &ctx).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    assert_eq!(seen.lock().unwrap().last().unwrap(), "GET /v1/ping?q=w HTTP/1.1");
+}
