@@ -515,15 +515,11 @@ impl Toolmux {
             otel.map(|s| Arc::new(toolmux_otel::Exporter::start(s, orchestrator.subscribe())));
         #[cfg(all(feature = "mcp", feature = "redis"))]
         let session_affinity = backend.as_ref().map(|backend| {
-            let advertise_url = loaded
-                .config
-                .backend
-                .as_ref()
-                .and_then(|b| b.redis.as_ref())
-                .and_then(|r| r.advertise_url.clone());
+            let redis = loaded.config.backend.as_ref().and_then(|b| b.redis.as_ref());
+            let prefix = redis.and_then(|r| r.prefix.as_deref());
             toolmux_mcp::server::SessionAffinity {
-                directory: Arc::new(RedisSessionDirectory(backend.session_owners())),
-                advertise_url,
+                directory: Arc::new(RedisSessionDirectory::new(backend, prefix)),
+                advertise_url: redis.and_then(|r| r.advertise_url.clone()),
             }
         });
         Ok(Toolmux {
@@ -1775,10 +1771,42 @@ fn external_http(loaded: &Loaded) -> Result<Option<Arc<dyn ToolProvider>>, Toolm
     }
 }
 
-/// The holders of MCP sessions, recorded in Redis under the backend's prefix.
+/// The holders of MCP sessions, recorded in Redis under the backend's prefix, and the key
+/// the replicas seal `requestState` with, under `{prefix}:mcp:seal-key`.
 #[cfg(all(feature = "mcp", feature = "redis"))]
 #[derive(Debug)]
-struct RedisSessionDirectory(toolmux_redis::RedisSessionOwners);
+struct RedisSessionDirectory {
+    owners: toolmux_redis::RedisSessionOwners,
+    client: toolmux_redis::RedisClient,
+    /// `{prefix}:mcp:seal-key`: 64 hex digits, set once by the first replica and never
+    /// expiring; deleting it (with every replica stopped) makes the next start key anew.
+    seal_key: String,
+}
+
+#[cfg(all(feature = "mcp", feature = "redis"))]
+impl RedisSessionDirectory {
+    fn new(backend: &toolmux_redis::RedisBackend, prefix: Option<&str>) -> Self {
+        let prefix = prefix.unwrap_or(toolmux_redis::DEFAULT_PREFIX);
+        RedisSessionDirectory {
+            owners: backend.session_owners(),
+            client: backend.client().clone(),
+            seal_key: format!("{prefix}:mcp:seal-key"),
+        }
+    }
+}
+
+/// The key of `hex` (64 hex digits), as [`RedisSessionDirectory`] stores it.
+#[cfg(all(feature = "mcp", feature = "redis"))]
+fn seal_key_of(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (byte, pair) in key.iter_mut().zip(hex.as_bytes().chunks(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(key)
+}
 
 #[cfg(all(feature = "mcp", feature = "redis"))]
 impl toolmux_mcp::server::SessionDirectory for RedisSessionDirectory {
@@ -1788,20 +1816,41 @@ impl toolmux_mcp::server::SessionDirectory for RedisSessionDirectory {
         owner: String,
         ttl: Duration,
     ) -> toolmux_mcp::server::DirectoryFuture<()> {
-        let owners = self.0.clone();
+        let owners = self.owners.clone();
         Box::pin(async move { Ok(owners.claim(&session, &owner, ttl).await?) })
     }
 
     fn owner(&self, session: String) -> toolmux_mcp::server::DirectoryFuture<Option<String>> {
-        let owners = self.0.clone();
+        let owners = self.owners.clone();
         Box::pin(async move { Ok(owners.owner(&session).await?) })
     }
 
     fn release(&self, session: String, owner: String) -> toolmux_mcp::server::DirectoryFuture<()> {
-        let owners = self.0.clone();
+        let owners = self.owners.clone();
         Box::pin(async move {
             owners.release(&session, &owner).await?;
             Ok(())
+        })
+    }
+
+    fn seal_key(
+        &self,
+        candidate: [u8; 32],
+    ) -> toolmux_mcp::server::DirectoryFuture<Option<[u8; 32]>> {
+        let client = self.client.clone();
+        let name = self.seal_key.clone();
+        Box::pin(async move {
+            let hex: String = candidate.iter().map(|b| format!("{b:02x}")).collect();
+            // The first replica's candidate is kept; every replica then reads the same key.
+            client.command(&["SET", &name, &hex, "NX"]).await?;
+            let stored = client.command(&["GET", &name]).await?;
+            let key = stored.as_str().and_then(seal_key_of).ok_or_else(|| {
+                format!(
+                    "`{name}` holds no requestState key (64 hex digits); delete it with every \
+                     replica stopped, and the next to start makes another"
+                )
+            })?;
+            Ok(Some(key))
         })
     }
 }
@@ -2375,5 +2424,39 @@ mod audit_log_tests {
         assert!(!folder.contains(".bad"), "{folder}");
         let bad = warning("bad.json").await;
         assert!(bad.contains("bad.json.bad when they are saved"), "{bad}");
+    }
+}
+
+/// The key the replicas seal `requestState` with, in a real `redis-server`.
+#[cfg(all(test, feature = "mcp", feature = "redis"))]
+mod seal_key_tests {
+    use super::RedisSessionDirectory;
+    use toolmux_mcp::server::SessionDirectory as _;
+    use toolmux_redis::{RedisBackend, RedisConfig};
+    use toolmux_test_support::redis::RedisServer;
+
+    /// Two replicas' directories on one Redis agree on the key: the first candidate
+    /// offered, whatever the second offers; a key that is not one is an error that says
+    /// how to make another.
+    #[tokio::test]
+    async fn replicas_on_one_redis_share_the_first_key_offered() {
+        let redis = RedisServer::start();
+        let config = RedisConfig::new(redis.url()).with_prefix("p");
+        let backend = |config: &RedisConfig| RedisBackend::new(config).expect("a backend");
+        let (a, b) = (backend(&config), backend(&config));
+        let (a, b) =
+            (RedisSessionDirectory::new(&a, Some("p")), RedisSessionDirectory::new(&b, Some("p")));
+        let wait = std::time::Duration::from_secs(10);
+        let first = tokio::time::timeout(wait, a.seal_key([1; 32])).await.expect("in time");
+        assert_eq!(first.expect("a key"), Some([1; 32]));
+        let second = tokio::time::timeout(wait, b.seal_key([2; 32])).await.expect("in time");
+        assert_eq!(second.expect("a key"), Some([1; 32]));
+
+        let client = toolmux_redis::RedisClient::new(&config).expect("a client");
+        client.command(&["SET", "p:mcp:seal-key", "not hex"]).await.expect("set");
+        let broken = tokio::time::timeout(wait, b.seal_key([2; 32])).await.expect("in time");
+        let error = broken.expect_err("no key").to_string();
+        assert!(error.contains("`p:mcp:seal-key` holds no requestState key"), "{error}");
+        assert!(error.contains("delete it"), "{error}");
     }
 }
