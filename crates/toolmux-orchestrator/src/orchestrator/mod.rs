@@ -3142,7 +3142,9 @@ impl Orchestrator {
 
     /// Spills or truncates an output over `toolResponseMaxBytes`. An error output is
     /// stored with its head kept ([`Orchestrator::capped_error_text`]): the model must see
-    /// why the call failed.
+    /// why the call failed. `output` has its secrets redacted already
+    /// ([`Orchestrator::bounded_output`]): a cut through a secret would leave pieces of it
+    /// on either side shorter than the redactor recognises.
     async fn cap_size(
         &self,
         entry: &ToolEntry,

@@ -437,6 +437,49 @@ async fn truncate_mode_keeps_head_and_tail() {
     assert_eq!(r.extras["capped"]["bytes"], 10_000);
 }
 
+/// An output over the cap is cut with its secrets redacted first, in truncate mode and
+/// when the store fails in spill mode: cut first, the piece of a secret on either side of
+/// the cut was shorter than the redactor looks for and stayed (up to 13 of the secret's 40
+/// characters). Wherever the cut falls in the secret, no 6 of its characters in a row are
+/// left, neither in what the gateway serves nor in what a call answers.
+#[tokio::test(start_paused = true)]
+async fn a_cut_through_a_secret_leaves_none_of_it() {
+    const TOKEN: &str = "Qz7-Wd4K-pL9m-Rt2v-Hs8n-Bc3j-Yf6g-Nk1e01";
+    let pieces: Vec<&str> = (0..=TOKEN.len() - 6).map(|i| &TOKEN[i..i + 6]).collect();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    // A store under a file cannot write: spill mode then cuts the output instead.
+    let file = tempfile::NamedTempFile::new().expect("temporary file");
+    let stores = [
+        (OversizeMode::Truncate, dir.path().to_owned()),
+        (OversizeMode::Spill, file.path().join("outputs")),
+    ];
+    for (oversize, root) in stores {
+        let config = OrchestratorConfig {
+            oversize,
+            ..OrchestratorConfig::default().with_response_max_bytes(200)
+        };
+        let p = Arc::new(MockProvider::new("m").with_tool("echo", Behavior::Echo));
+        let o = Orchestrator::builder(config)
+            .output_store(Arc::new(toolmux_orchestrator::store::DirectoryStore::new(root)))
+            .provider(p)
+            .secrets([TOKEN.to_owned()])
+            .build()
+            .expect("valid configuration");
+        assert!(o.warmup().await.is_ok());
+        for at in 0..400 {
+            let text = format!("{}{TOKEN}{}", "a".repeat(at), "b".repeat(400 - at));
+            let served = o.call_tool("m__echo", json!({"t": text}), &CallContext::new()).await;
+            let served = served.unwrap().to_text();
+            assert!(served.contains("omitted: output over 200 bytes"), "{served}");
+            let answered = call(&o, "m__echo", json!({"t": text})).await.result.unwrap();
+            for shown in [served, answered] {
+                let left = pieces.iter().find(|piece| shown.contains(*piece));
+                assert!(left.is_none(), "{oversize:?}, secret at {at}: {left:?} in {shown}");
+            }
+        }
+    }
+}
+
 /// A truncated result fits its cap with the marker; a cap too small for the marker keeps
 /// what fits and leaves the telling to the `capped` extra.
 #[tokio::test(start_paused = true)]
