@@ -765,6 +765,7 @@ impl ToolProvider for AgentProvider {
             Some(op) if op.tool() == tool => ctx.clone(),
             _ => ctx.clone().with_op(Op::new(tool, ctx.op().cloned())),
         };
+        self.agents.inner.sub_figures.start(&ctx);
         match self.agents.run_from(name, prompt, &ctx, &RunOptions::default(), None).await {
             Ok(report) => {
                 self.agents.inner.sub_figures.record(&ctx, &report);

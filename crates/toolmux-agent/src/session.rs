@@ -583,6 +583,7 @@ impl Session<'_> {
                     if let Some(usage) = e.usage() {
                         figures.usage += usage;
                         self.budgets.spend(&self.ctx, usage.total());
+                        self.sub_figures.spend(&self.ctx, usage, 0);
                     }
                     // Stopped short of a turn (the model failed while writing, or wrote a
                     // call the API could not read): usually transient, so the turn is asked
@@ -667,6 +668,7 @@ impl Session<'_> {
             };
             figures.usage += answer.usage;
             self.budgets.spend(&self.ctx, answer.usage.total());
+            self.sub_figures.spend(&self.ctx, answer.usage, 0);
             // Asked for once: from the next turn on, the status the model records decides.
             let only_report =
                 std::mem::replace(&mut finalizing, Finalizing::No) == Finalizing::OnlyReport;
@@ -1351,6 +1353,9 @@ impl Session<'_> {
             (Some(state.gate.read().await), None)
         };
         let ctx = self.ctx.child();
+        // Counted as it starts: should the orchestrator cut a run this session is a
+        // sub-agent's (its call's timeout), its caller still counts the call.
+        self.sub_figures.spend(&self.ctx, Usage::default(), 1);
         let (result, images) = self
             .orchestrator
             .execute_with_images(ToolCall::new(name, arguments).with_id(call.id.clone()), &ctx)
@@ -1715,32 +1720,87 @@ fn pending_in(history: &[Message]) -> usize {
 /// operation of the session that called each and the call's id, until that session takes
 /// them. A report carries its figures back to its caller, but one refused on its way (over
 /// the run's context budget, blocked by a hook) would lose them with it, and the tokens
-/// were spent all the same.
+/// were spent all the same. A run the orchestrator cuts (the call's timeout) never
+/// reports: while it runs, what its sessions and those below them spend is added as it is
+/// spent, so that its caller takes what it spent until the cut.
 #[derive(Debug, Default)]
-pub(crate) struct SubFigures(Mutex<HashMap<(u64, String), Figures>>);
+pub(crate) struct SubFigures(Mutex<Kept>);
+
+/// What [`SubFigures`] keeps.
+#[derive(Debug, Default)]
+struct Kept {
+    /// The figures, by the calling session's operation and the call's id.
+    figures: HashMap<(u64, String), Figures>,
+    /// The runs under way that a session called, by their operation: where what they
+    /// spend goes.
+    running: HashMap<u64, (u64, String)>,
+}
 
 /// A run's tokens, the calls that ran and the calls refused.
 type Figures = (Usage, u32, u32);
 
 impl SubFigures {
-    /// Keeps the figures of `report`, the report of the sub-agent run `ctx` (the context
-    /// of its call) made, for the session that called it. A run no session called (an MCP
+    /// The calling session's operation and the call's id, for the run `ctx` (the context
+    /// of its call) makes, if a session called it. A run no session called (an MCP
     /// client's call of an agent) has no such session: nothing is kept.
-    pub(crate) fn record(&self, ctx: &CallContext, report: &AgentReport) {
-        let Some(caller) = ctx.op().and_then(|op| op.parent()) else { return };
+    fn key(ctx: &CallContext) -> Option<(u64, String)> {
+        let caller = ctx.op().and_then(|op| op.parent())?;
         let (true, Some(call_id)) = (caller.tool().starts_with("agent__"), ctx.call_id()) else {
-            return;
+            return None;
         };
-        let figures = (report.usage, report.tool_calls, report.refused_calls);
-        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        kept.insert((caller.id(), call_id.to_owned()), figures);
+        Some((caller.id(), call_id.to_owned()))
     }
 
-    /// The figures of the sub-agent that call `call_id` of `ctx`'s session ran, taken out.
+    /// Starts keeping the figures of the sub-agent run that `ctx` (the context of its
+    /// call) makes, counting what it spends from now on ([`SubFigures::spend`]).
+    pub(crate) fn start(&self, ctx: &CallContext) {
+        let (Some(key), Some(op)) = (Self::key(ctx), ctx.op()) else { return };
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.figures.insert(key.clone(), Figures::default());
+        kept.running.insert(op.id(), key);
+    }
+
+    /// Keeps the figures of `report`, the report of the sub-agent run `ctx` (the context
+    /// of its call) made, for the session that called it, in place of what was counted as
+    /// it ran: the report's are whole.
+    pub(crate) fn record(&self, ctx: &CallContext, report: &AgentReport) {
+        let Some(key) = Self::key(ctx) else { return };
+        let figures = (report.usage, report.tool_calls, report.refused_calls);
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(op) = ctx.op() {
+            kept.running.remove(&op.id());
+        }
+        kept.figures.insert(key, figures);
+    }
+
+    /// Counts `usage` and `calls` (that ran) that the session of `ctx` just spent in the
+    /// figures of every sub-agent run under way it is part of: its own, if a session
+    /// called it, and those of the agents above it.
+    fn spend(&self, ctx: &CallContext, usage: Usage, calls: u32) {
+        let Some(op) = ctx.op() else { return };
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.running.is_empty() {
+            return;
+        }
+        let Kept { figures, running } = &mut *kept;
+        for above in std::iter::once(&**op).chain(op.ancestors()) {
+            let Some(key) = running.get(&above.id()) else { continue };
+            if let Some(figures) = figures.get_mut(key) {
+                figures.0 += usage;
+                figures.1 = figures.1.saturating_add(calls);
+            }
+        }
+    }
+
+    /// The figures of the sub-agent that call `call_id` of `ctx`'s session ran, taken out:
+    /// those of its report, or what it spent until it was cut.
     fn take(&self, ctx: &CallContext, call_id: &str) -> Option<Figures> {
         let op = ctx.op()?;
+        let key = (op.id(), call_id.to_owned());
         let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        kept.remove(&(op.id(), call_id.to_owned()))
+        // A run that was cut is still listed as under way.
+        kept.running.retain(|_, running| *running != key);
+        kept.figures.remove(&key)
     }
 }
 

@@ -1401,6 +1401,43 @@ async fn a_sub_agent_ends_within_the_time_it_was_called_for() {
     assert_eq!(report.usage, Usage::new(400, 40), "{report:?}");
 }
 
+/// A sub-agent that the orchestrator cuts at its call's timeout (here 200 ms without
+/// progress, which each turn restarts, within a 10 s cap the agent ends its run by) leaves
+/// its tokens and calls so far in its caller's figures and budget, where they were lost
+/// with it.
+#[tokio::test(start_paused = true)]
+async fn a_sub_agent_cut_at_its_timeout_leaves_its_figures_to_its_caller() {
+    let settings = toolmux_orchestrator::ToolSettings::default()
+        .with_timeout(std::time::Duration::from_millis(200))
+        .with_progress_reset(std::time::Duration::from_secs(10));
+    let config = OrchestratorConfig::default().with_provider_settings("agent", settings);
+    // Two turns, then no answer: cut 200 ms later.
+    let child = Arc::new(ScriptedModel {
+        hang_when_done: true,
+        ..ScriptedModel::new("small")
+            .calls(vec![("mock__echo", json!({"n": 1}))])
+            .calls(vec![("mock__echo", json!({"n": 2}))])
+    });
+    let parent = Arc::new(
+        ScriptedModel::new("big")
+            .calls(vec![("agent__child", json!({"prompt": "work"}))])
+            .report("partial", "the child timed out"),
+    );
+    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
+        ("big".to_owned(), parent.clone() as Arc<dyn Model>),
+        ("small".to_owned(), child.clone() as Arc<dyn Model>),
+    ]);
+    let mock = Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
+    let definitions = parent_and_child(Some(250));
+    let (agents, _o) = start_agents_with(config, definitions, models, vec![mock]).await;
+    let report = agents.run("parent", "go", &CallContext::new()).await.unwrap();
+    assert_eq!(child.requests().len(), 3);
+    assert_last_turn_says(&parent, "the token budget of 250 is spent (330 used)");
+    // The parent's two turns and the child's two; the agent's call and the child's two.
+    assert_eq!(report.usage, Usage::new(400, 40), "{report:?}");
+    assert_eq!(report.tool_calls, 3, "{report:?}");
+}
+
 /// A sub-agent's tokens and calls count in its caller's figures also when its report is
 /// refused on its way back (here over the run's `contextTokenBudget`), where they went
 /// with the report.
