@@ -81,6 +81,10 @@ pub(crate) struct Events {
     /// The resources subscribed to, renewed on every new connection; on a 2026-07-28
     /// connection each has the token that ends its `subscriptions/listen` stream.
     pub(crate) subscriptions: Mutex<BTreeMap<String, Option<CancellationToken>>>,
+    /// Held across the request of whatever changes a subscription at the server (a
+    /// subscribe, an unsubscribe, a renewal): an unsubscribe that came while the
+    /// subscribe was under way waits for it, and then ends it.
+    pub(crate) subscribing: tokio::sync::Mutex<()>,
     /// The URL elicitations a caller accepted, by the server's `elicitationId`, with the
     /// caller to tell when the server says it is complete; the oldest are forgotten past
     /// [`URL_ELICITATIONS_KEPT`].

@@ -440,6 +440,88 @@ async fn http_2026_07_28_a_subscription_cut_before_its_acknowledgment_is_made_ag
     task.abort();
 }
 
+/// A server of resources whose `resources/subscribe` is answered only when the test opens
+/// `gate`; `seen` records the subscribes and unsubscribes it got, in order.
+#[derive(Clone)]
+struct GatedSubscriptions {
+    gate: Arc<tokio::sync::Semaphore>,
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+#[allow(deprecated, reason = "resources/subscribe of the handshake revisions")]
+impl ServerHandler for GatedSubscriptions {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities =
+            ServerCapabilities::builder().enable_resources().enable_resources_subscribe().build();
+        ServerConfig::new(capabilities).with_server_info(Implementation::new("gated", "1.0.0"))
+    }
+
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.seen.lock().unwrap().push(format!("subscribe {}", request.uri));
+        let _open = self.gate.acquire().await;
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.seen.lock().unwrap().push(format!("unsubscribe {}", request.uri));
+        Ok(())
+    }
+}
+
+/// An unsubscribe that comes while the subscribe to the resource is still under way ends
+/// the subscription once the server took it. (It found no subscription yet and did
+/// nothing, and the subscribe then recorded one that no one held and that stayed.)
+#[tokio::test]
+async fn an_unsubscribe_during_the_subscribe_ends_the_subscription() {
+    let server =
+        GatedSubscriptions { gate: Arc::new(tokio::sync::Semaphore::new(0)), seen: Arc::default() };
+    let (gate, seen) = (server.gate.clone(), server.seen.clone());
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default(),
+    );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move { axum::serve(listener, router).await });
+    let config =
+        McpServerConfig::remote(TransportKind::Http, url).with_protocol(ProtocolMode::Legacy);
+    let provider = Arc::new(McpProvider::new("gated", config).unwrap());
+    provider.warmup().await.unwrap();
+    let uri = "test://r";
+    let subscribing = tokio::spawn({
+        let provider = provider.clone();
+        async move { provider.subscribe_resource(uri).await }
+    });
+    eventually("the subscribe", || async { seen.lock().unwrap().len() == 1 }).await;
+    let unsubscribing = tokio::spawn({
+        let provider = provider.clone();
+        async move { provider.unsubscribe_resource(uri).await }
+    });
+    // The unsubscribe goes as far as it can before the server answers the subscribe.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    gate.add_permits(1);
+    let within = |task| tokio::time::timeout(Duration::from_secs(10), task);
+    within(subscribing).await.expect("subscribed within 10 s").unwrap().unwrap();
+    within(unsubscribing).await.expect("unsubscribed within 10 s").unwrap().unwrap();
+    let ended = || async { seen.lock().unwrap().len() == 2 };
+    eventually("the unsubscribe", ended).await;
+    assert_eq!(*seen.lock().unwrap(), ["subscribe test://r", "unsubscribe test://r"]);
+    provider.shutdown().await.unwrap();
+    task.abort();
+}
+
 #[tokio::test]
 async fn http_legacy_conformance_and_list_changed_by_notification() {
     let peer = http_peer(None).await;

@@ -528,6 +528,10 @@ impl Inner {
                 format!("mcp server `{}` does not offer them", self.name),
             ));
         }
+        // Recorded only once the server took it, and under the lock an unsubscribe
+        // takes: one that came meanwhile found nothing to end, and the subscription
+        // stayed for good.
+        let _changing = self.events.subscribing.lock().await;
         if self.subscriptions().contains_key(uri) {
             return Ok(());
         }
@@ -537,19 +541,12 @@ impl Inner {
             }
             failure => failure.into_tool_error(uri),
         })?;
-        let mut subscriptions = self.subscriptions();
-        if subscriptions.contains_key(uri) {
-            // A concurrent subscribe won: one stream per resource is enough.
-            if let Some(listening) = listening {
-                listening.cancel();
-            }
-        } else {
-            subscriptions.insert(uri.to_owned(), listening);
-        }
+        self.subscriptions().insert(uri.to_owned(), listening);
         Ok(())
     }
 
     pub(super) async fn unsubscribe_resource(self: &Arc<Self>, uri: &str) -> Result<(), ToolError> {
+        let _changing = self.events.subscribing.lock().await;
         let Some(listening) = self.subscriptions().remove(uri) else { return Ok(()) };
         if let Some(listening) = listening {
             // A 2026-07-28 subscription ends with its stream.
@@ -661,6 +658,10 @@ async fn subscribe(
 /// Subscribes again after a restart, unless the caller unsubscribed meanwhile.
 async fn renew_subscription(inner: &Weak<Inner>, connection: &Arc<Connection>, uri: &str) {
     let Some(inner) = inner.upgrade() else { return };
+    let _changing = inner.events.subscribing.lock().await;
+    if !inner.subscriptions().contains_key(uri) {
+        return;
+    }
     match subscribe(&inner, connection, uri).await {
         Ok(listening) => {
             let mut subscriptions = inner.subscriptions();
