@@ -249,7 +249,7 @@ impl Auth {
     }
 
     /// Forgets cached tokens of `schemes`, after the API rejected one.
-    pub(crate) async fn invalidate(&self, schemes: &[String]) {
+    pub(crate) fn invalidate(&self, schemes: &[String]) {
         let mut tokens = self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         tokens.retain(|(scheme, _), _| !schemes.contains(scheme));
     }

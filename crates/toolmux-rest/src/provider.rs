@@ -586,7 +586,7 @@ impl RestProvider {
                 && let Some(auth) = self.auth.as_ref().filter(|a| a.uses_tokens(&schemes))
             {
                 // The token may have been revoked early: fetch a new one once.
-                auth.invalidate(&schemes).await;
+                auth.invalidate(&schemes);
                 retried = true;
                 continue;
             }
