@@ -148,13 +148,76 @@ fn walk(
             }
         }
         Value::Object(map) => {
+            let servers =
+                matches!(path.as_slice(), [section] if SERVER_SECTIONS.contains(&section.as_str()));
             for (key, item) in map.iter_mut() {
                 path.push(key.clone());
-                walk(item, lookup, workspace, path, false, found, problems);
+                if servers {
+                    walk_server(item, lookup, workspace, path, found, problems);
+                } else {
+                    walk(item, lookup, workspace, path, false, found, problems);
+                }
                 path.pop();
             }
         }
         Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+/// The top-level keys whose entries are MCP servers with an `env` of their own: toolmux's
+/// and Claude Desktop's, Cursor's and Gemini CLI's `mcpServers`, VS Code's `servers`, Zed's
+/// `context_servers`, Codex's `mcp_servers`.
+const SERVER_SECTIONS: [&str; 4] = ["mcpServers", "servers", "context_servers", "mcp_servers"];
+
+/// The keys of a server entry whose `${VAR}` may name a variable of the entry's own `env`.
+const SERVER_SCOPED: [&str; 4] = ["command", "args", "cwd", "path"];
+
+/// Expands the strings of MCP server entry `entry`, at `path`, as [`walk`] does, except
+/// that in its `command`, `args` and `cwd` a `${VAR}` whose `VAR` is a key of the entry's
+/// own `env` takes that entry's value (itself expanded first) rather than the process's:
+/// the apps whose files these are pass `args` on as written, and the program reads them
+/// from the environment the entry gives it. mcp-remote documents exactly this form
+/// (`"--header", "Authorization:${AUTH_HEADER}"` with `"env": {"AUTH_HEADER": "Bearer
+/// ..."}`). Zed's older `command: {path, args, env}` is an entry of its own within.
+fn walk_server(
+    entry: &mut Value,
+    lookup: &Lookup<'_>,
+    workspace: &str,
+    path: &mut Vec<String>,
+    found: &mut Expansion,
+    problems: &mut Problems,
+) {
+    let Value::Object(map) = entry else {
+        return walk(entry, lookup, workspace, path, false, found, problems);
+    };
+    // The entry's `env` expanded on the side, so that every key is then walked in the
+    // file's order: what is found and reported (warnings, the first error, the unset
+    // variables) comes in that order as elsewhere.
+    let mut own = std::collections::BTreeMap::new();
+    if let Some(Value::Object(env)) = map.get("env") {
+        let (mut aside, mut ignored) = (Expansion::default(), Problems::default());
+        for (name, value) in env {
+            let mut value = value.clone();
+            walk(&mut value, lookup, workspace, path, false, &mut aside, &mut ignored);
+            let value = match value {
+                Value::String(text) => text,
+                Value::Number(_) | Value::Bool(_) => value.to_string(),
+                Value::Null | Value::Array(_) | Value::Object(_) => continue,
+            };
+            own.insert(name.clone(), value);
+        }
+    }
+    let scoped = |name: &str| own.get(name).cloned().or_else(|| lookup(name));
+    for (key, item) in map.iter_mut() {
+        path.push(key.clone());
+        let lookup: &Lookup<'_> =
+            if SERVER_SCOPED.contains(&key.as_str()) { &scoped } else { lookup };
+        if key == "command" && item.is_object() {
+            walk_server(item, lookup, workspace, path, found, problems);
+        } else {
+            walk(item, lookup, workspace, path, false, found, problems);
+        }
+        path.pop();
     }
 }
 
@@ -1208,5 +1271,30 @@ mod tests {
         let mut value = json!({"a": "${file}"});
         assert!(expand(&mut value, &set, "/ws").is_ok());
         assert_eq!(value, json!({"a": "/f"}));
+    }
+
+    /// A server entry's `command`, `args` and `cwd` (and Zed's older `command: {path, args,
+    /// env}`) read its own `env` first; its other keys, other entries and other sections
+    /// read the process's environment only.
+    #[test]
+    fn a_servers_own_env_comes_first_in_its_command_and_args() {
+        check(
+            json!({"context_servers": {"z": {"command": {
+                "path": "${BIN}", "args": ["${MODE}", "${TOKEN}"], "env": {"MODE": "dev", "BIN": "zed-mcp"}
+            }}}}),
+            expect![[r#"
+                {"context_servers":{"z":{"command":{"args":["dev","s3cret-token"],"env":{"BIN":"zed-mcp","MODE":"dev"},"path":"zed-mcp"}}}}
+                secrets: ["s3cret-token"]
+                inputs: []"#]],
+        );
+        check(
+            json!({"mcpServers": {
+                "a": {"cwd": "/x/${MODE}", "env": {"MODE": "${DATA:-x}", "ONLY": "y"}, "url": "${ONLY}"},
+                "b": {"args": ["${ONLY}"]}
+            }, "other": {"args": ["${ONLY}"], "env": {"ONLY": "y"}}}),
+            expect![
+                "unset ONLY at mcpServers.a.url; unset ONLY at mcpServers.b.args[0]; unset ONLY at other.args[0]"
+            ],
+        );
     }
 }

@@ -315,6 +315,59 @@ fn claude_desktop_file() {
     assert!(loaded.warnings.is_empty());
 }
 
+/// mcp-remote's documented entry: a `${VAR}` in a server's `args` (and `command`, `cwd`)
+/// naming a key of the entry's own `env` takes that value, itself expanded first, as the
+/// program the apps start reads it from its environment; it was toolmux's own variable
+/// (unset: an error; set: the wrong value). Alike in Claude Desktop's file, VS Code's and
+/// toolmux's own, with the variable unset in toolmux's environment and set to another
+/// value there; the value is a secret like every expanded one.
+#[test]
+fn a_servers_args_take_references_to_its_own_env() {
+    let entry = r#"{"command": "${TOOL:-npx}",
+  "args": ["mcp-remote", "https://example.com/mcp", "--header", "Authorization:${AUTH_HEADER}",
+           "$${AUTH_HEADER}", "--token=${HDR_VALUE}", "${GITHUB_TOKEN}"],
+  "env": {"AUTH_HEADER": "Bearer ${GITHUB_TOKEN}", "TOOL": "npx", "HDR_VALUE": "k-7f3a9c21"}}"#;
+    let files = [
+        ("toolmux.json", format!(r#"{{"mcpServers": {{"remote": {entry}}}}}"#)),
+        (
+            "claude_desktop_config.json",
+            format!(r#"{{"globalShortcut": "Ctrl+Space", "mcpServers": {{"remote": {entry}}}}}"#),
+        ),
+        ("mcp.json", format!(r#"{{"servers": {{"remote": {entry}}}}}"#)),
+    ];
+    let unset = |name: &str| env(name);
+    let other = |name: &str| match name {
+        "AUTH_HEADER" => Some("Bearer from-the-process".to_owned()),
+        "TOOL" => Some("/bin/false".to_owned()),
+        _ => env(name),
+    };
+    let lookups: [(&str, &env::Lookup<'_>); 2] = [("unset", &unset), ("set otherwise", &other)];
+    for (name, text) in &files {
+        for (how, lookup) in lookups {
+            let loaded = load_str(text, FileFormat::Json, name, Path::new("/proj"), lookup)
+                .unwrap_or_else(|e| panic!("{name}, AUTH_HEADER {how}: {e}"));
+            let server = &loaded.config.mcp_servers["remote"];
+            assert_eq!(server.command.as_deref(), Some("npx"), "{name}, {how}");
+            assert_eq!(
+                server.args[3..],
+                [
+                    "Authorization:Bearer ghp_secret_value",
+                    "${AUTH_HEADER}",
+                    "--token=k-7f3a9c21",
+                    "ghp_secret_value"
+                ],
+                "{name}, AUTH_HEADER {how}"
+            );
+            assert_eq!(server.env["AUTH_HEADER"], "Bearer ghp_secret_value", "{name}, {how}");
+            // The entry's own value put in after `--token=` is a secret (as a literal `env`
+            // value under a name that names no credential it was not).
+            for secret in ["ghp_secret_value", "k-7f3a9c21"] {
+                assert!(loaded.secrets.iter().any(|s| s == secret), "{name}: {:?}", loaded.secrets);
+            }
+        }
+    }
+}
+
 #[test]
 fn vscode_file_with_comments_and_inputs() {
     let loaded = loads(
