@@ -25,7 +25,8 @@ pub struct SchemaRules {
     /// Give a top-level object without `properties` an empty `properties`. OpenAI.
     pub top_level_properties: bool,
     /// Replace every local `$ref` (`#/$defs/…`, `#/definitions/…`, any `#/` pointer) by
-    /// what it points to; a reference back into itself is cut to its type with a note.
+    /// what it points to; a reference back into itself, or nested too deeply, is cut to its
+    /// type with a note.
     pub inline_refs: bool,
     /// Keep only the keywords of OpenAPI 3.0's schema subset that Gemini takes, converting
     /// what can be converted (`const`, `oneOf`, type lists, `null` alternatives,
@@ -70,6 +71,16 @@ const OPENAPI_KEYWORDS: &[&str] = &[
 /// definitions referring to each other many times cannot grow the schema without bound.
 const INLINE_NODE_BUDGET: usize = 20_000;
 
+/// How many references inlining follows one inside another before it cuts deeper ones as it
+/// cuts a cycle: a chain of thousands of distinct definitions would otherwise recurse (here,
+/// in the passes over the result and in dropping it) thousands of levels deep and overflow
+/// the stack.
+const INLINE_REF_DEPTH: usize = 64;
+
+/// How deep in the result inlining still expands a reference, for the same reason: fewer
+/// references, each a deep definition, nest as deep as many shallow ones.
+const INLINE_NESTING_DEPTH: usize = 128;
+
 /// `schema` rewritten to what `rules` allow.
 pub fn adapt(schema: &Value, rules: &SchemaRules) -> Value {
     let mut out = schema.clone();
@@ -96,7 +107,8 @@ pub fn adapt(schema: &Value, rules: &SchemaRules) -> Value {
 /// `schema` with every local `$ref` replaced by its target; `$defs` and `definitions`
 /// dropped once nothing refers to them.
 fn inline_refs(schema: &Value) -> Value {
-    let mut inliner = Inliner { root: schema, stack: Vec::new(), nodes: 0, unresolved: false };
+    let mut inliner =
+        Inliner { root: schema, stack: Vec::new(), nodes: 0, depth: 0, unresolved: false };
     let mut out = inliner.walk(schema);
     if !inliner.unresolved
         && let Value::Object(map) = &mut out
@@ -112,6 +124,8 @@ struct Inliner<'a> {
     /// The references being expanded, outermost first.
     stack: Vec<String>,
     nodes: usize,
+    /// How deep in the result the value being walked lies.
+    depth: usize,
     /// A reference was left in place (not local, not found, or cut by the budget).
     unresolved: bool,
 }
@@ -119,6 +133,13 @@ struct Inliner<'a> {
 impl Inliner<'_> {
     fn walk(&mut self, value: &Value) -> Value {
         self.nodes += 1;
+        self.depth += 1;
+        let walked = self.walk_children(value);
+        self.depth -= 1;
+        walked
+    }
+
+    fn walk_children(&mut self, value: &Value) -> Value {
         match value {
             Value::Object(map) => {
                 if let Some(Value::String(reference)) = map.get("$ref") {
@@ -150,13 +171,17 @@ impl Inliner<'_> {
             return Value::Object(beside.clone());
         };
         let name = reference.rsplit('/').next().unwrap_or(reference).to_owned();
-        let mut out = if self.stack.iter().any(|r| r == reference) {
-            // A reference back into itself: the type, and a note of what was there.
+        let recursive = self.stack.iter().any(|r| r == reference);
+        let too_deep = self.stack.len() >= INLINE_REF_DEPTH || self.depth >= INLINE_NESTING_DEPTH;
+        let mut out = if recursive || too_deep {
+            // A reference back into itself, or too deep: the type, and a note of what was
+            // there.
             let mut cut = Map::new();
             if let Some(kind) = target.get("type") {
                 cut.insert("type".into(), kind.clone());
             }
-            cut.insert("description".into(), json!(format!("a {name} (recursive)")));
+            let why = if recursive { "recursive" } else { "nested too deeply to show" };
+            cut.insert("description".into(), json!(format!("a {name} ({why})")));
             Value::Object(cut)
         } else if self.nodes > INLINE_NODE_BUDGET {
             self.unresolved = true;
@@ -731,6 +756,45 @@ mod tests {
             json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/l0"}}, "$defs": defs});
         let out = adapt(&schema, &SchemaRules { inline_refs: true, ..SchemaRules::default() });
         assert!(out.to_string().len() < 10_000_000);
+    }
+
+    #[test]
+    fn a_long_chain_of_refs_is_cut_before_it_overflows_the_stack() {
+        // l0 -> l1 -> ... -> l{length}, each definition distinct (no cycle) and one or
+        // twenty levels deep itself, adapted on a thread with a tokio worker's 2 MiB stack.
+        for (length, nesting) in [(20_000, 1), (2_000, 20)] {
+            let mut defs = Map::new();
+            for level in 0..length {
+                let mut def = json!({"$ref": format!("#/$defs/l{}", level + 1)});
+                for _ in 0..nesting {
+                    // Not `json!`, which would copy `def` each time.
+                    let properties = Map::from_iter([("n".to_owned(), def)]);
+                    let wrapper = [("type", json!("object")), ("properties", properties.into())];
+                    def = Value::Object(
+                        wrapper.map(|(k, v)| (k.to_owned(), v)).into_iter().collect(),
+                    );
+                }
+                defs.insert(format!("l{level}"), def);
+            }
+            defs.insert(format!("l{length}"), json!({"type": "string"}));
+            let schema = json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/l0"}},
+                                "$defs": defs});
+            let cut = std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || adapt(&schema, &GEMINI).to_string().contains("too deeply"))
+                .expect("a thread starts")
+                .join()
+                .expect("adapting the chain did not overflow the stack");
+            assert!(cut, "{nesting}");
+        }
+        let out = adapt(
+            &json!({"properties": {"x": {"$ref": "#/$defs/l0"}}, "$defs": {
+                "l0": {"type": "object", "properties": {"y": {"$ref": "#/$defs/l1"}}},
+                "l1": {"type": "string"}
+            }}),
+            &SchemaRules { inline_refs: true, ..SchemaRules::default() },
+        );
+        assert_eq!(out["properties"]["x"]["properties"]["y"], json!({"type": "string"}));
     }
 
     #[test]
