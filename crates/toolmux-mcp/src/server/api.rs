@@ -233,6 +233,11 @@ struct StreamCore {
     ready: VecDeque<Bytes>,
     /// The poll under way, kept across keep-alive comments.
     poll: Option<Poll>,
+    /// When a keep-alive comment is due: [`KEEP_ALIVE`] after the last chunk sent. Polls
+    /// that answer with nothing to send do not put it off, or a stream whose polls answer
+    /// more often than every [`KEEP_ALIVE`] (or at [`STREAM_POLL`], after one comment)
+    /// would send nothing for longer than a proxy waits.
+    keep_alive: tokio::time::Instant,
     ended: bool,
 }
 
@@ -255,6 +260,7 @@ impl StreamCore {
             _guard: guard,
             ready: VecDeque::new(),
             poll: None,
+            keep_alive: tokio::time::Instant::now() + KEEP_ALIVE,
             ended: false,
         }
     }
@@ -263,6 +269,7 @@ impl StreamCore {
     /// `args`, started when none is), with keep-alive comments while it waits.
     async fn step(&mut self, tool: &'static str, args: impl FnOnce() -> Value) -> Step {
         if let Some(event) = self.ready.pop_front() {
+            self.keep_alive = tokio::time::Instant::now() + KEEP_ALIVE;
             return Step::Send(event);
         }
         if self.ended {
@@ -273,9 +280,12 @@ impl StreamCore {
             let (provider, ctx, args) = (provider.clone(), ctx.clone(), args());
             Box::pin(async move { provider.call(tool, args, &ctx).await })
         };
-        match wait_poll(&mut self.poll, make, &self.api.shutdown).await {
+        match wait_poll(&mut self.poll, make, self.keep_alive, &self.api.shutdown).await {
             Waited::Answer(polled) => Step::Answer(polled),
-            Waited::KeepAlive => Step::Send(Bytes::from_static(KEEP_ALIVE_COMMENT)),
+            Waited::KeepAlive => {
+                self.keep_alive = tokio::time::Instant::now() + KEEP_ALIVE;
+                Step::Send(Bytes::from_static(KEEP_ALIVE_COMMENT))
+            }
             Waited::Shutdown => Step::End,
         }
     }
@@ -304,17 +314,19 @@ enum Waited {
 const KEEP_ALIVE_COMMENT: &[u8] = b": keep-alive\n\n";
 
 /// Waits for the poll under way in `slot` (started by `make` when none is) until it
-/// answers, a keep-alive is due or the server shuts down; an answered poll leaves the slot.
+/// answers, a keep-alive is due (at `keep_alive`) or the server shuts down; an answered
+/// poll leaves the slot.
 async fn wait_poll(
     slot: &mut Option<Poll>,
     make: impl FnOnce() -> Poll,
+    keep_alive: tokio::time::Instant,
     shutdown: &CancellationToken,
 ) -> Waited {
     let poll = slot.get_or_insert_with(make);
     let polled = tokio::select! {
         polled = poll => polled,
         () = shutdown.cancelled() => return Waited::Shutdown,
-        () = tokio::time::sleep(KEEP_ALIVE) => return Waited::KeepAlive,
+        () = tokio::time::sleep_until(keep_alive) => return Waited::KeepAlive,
     };
     *slot = None;
     Waited::Answer(polled)
@@ -1137,6 +1149,43 @@ mod tests {
             assert_eq!(chunk.as_deref(), Some(KEEP_ALIVE_COMMENT));
         }
         busy.abort();
+    }
+
+    /// A stream whose polls answer with nothing to send more often than every
+    /// [`KEEP_ALIVE`] still sends a keep-alive comment every [`KEEP_ALIVE`]: the answers
+    /// do not put it off. (Each poll started the wait over, so such a stream sent nothing
+    /// for as long as its polls kept answering, and 25 s between comments when they
+    /// answered at [`STREAM_POLL`].)
+    #[tokio::test(start_paused = true)]
+    async fn polls_answering_nothing_do_not_put_off_a_keep_alive() {
+        use toolmux_core::{ToolKind, ToolSet, ToolSpec};
+        let tools = ToolSet::new("t", ToolKind::Builtin).with_tool(
+            ToolSpec::new("poll", "Answers nothing new after 10 s", json!({"type": "object"})),
+            |_, _| async {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                Ok(ToolOutput::text("nothing new"))
+            },
+        );
+        let provider: Arc<dyn ToolProvider> = Arc::new(tools);
+        let shared = Shared::new(provider.clone(), super::super::ServeOptions::default());
+        let api = Api { shared, shutdown: CancellationToken::new() };
+        let guard = CancellationToken::new().drop_guard();
+        let mut core = StreamCore::new(api, provider, CallContext::new(), guard);
+        for _ in 0..3 {
+            let next_chunk = async {
+                loop {
+                    match core.step("poll", || json!({})).await {
+                        Step::Send(chunk) => return chunk,
+                        Step::Answer(answer) => assert!(answer.is_ok(), "{answer:?}"),
+                        Step::End => panic!("the stream ended"),
+                    }
+                }
+            };
+            let chunk = tokio::time::timeout(KEEP_ALIVE + Duration::from_secs(1), next_chunk)
+                .await
+                .expect("a keep-alive comment within its interval");
+            assert_eq!(chunk, KEEP_ALIVE_COMMENT);
+        }
     }
 
     #[test]
