@@ -2473,6 +2473,46 @@ async fn a_batch_shows_its_calls_images() {
     orchestrator.cleanup().await;
 }
 
+/// The run the listening agents of these tests listen as.
+const LISTENING: &str = "listening";
+
+/// Agent `a`, thinking with model `m` of `models`, given one asynchronous external tool,
+/// `external__build`, on an orchestrator configured by `config`, with `arrived` in the inbox
+/// of run [`LISTENING`]: for each pair of arguments and result, a build an earlier cycle
+/// called with those arguments, answered since. The agents, their orchestrator, and the
+/// pending store (for calls a test answers later).
+async fn listening_setup(
+    config: OrchestratorConfig,
+    models: BTreeMap<String, Arc<dyn Model>>,
+    arrived: Vec<(Value, Value)>,
+) -> (Agents, Orchestrator, Arc<toolmux_external::MemoryPendingStore>) {
+    use toolmux_external::{ExternalResult, PendingStore};
+    let (store, external) = async_external("build", "Starts a build");
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
+    let (agents, orchestrator) =
+        start_agents_with(config, one("a", agent("m")), models, providers).await;
+    for (arguments, result) in arrived {
+        let id = store.open(pending_call("external__build", arguments, LISTENING)).await.unwrap();
+        store.resolve(&id, ExternalResult { result, is_error: false }).await.unwrap();
+    }
+    (agents, orchestrator, store)
+}
+
+/// Builds 0, 1 and 2 (`{"target": i}`), each answered with a result that alone fills most of
+/// a 500-byte cap.
+fn three_big_builds() -> Vec<(Value, Value)> {
+    (0..3).map(|target| (json!({"target": target}), json!("built ".repeat(40)))).collect()
+}
+
+/// A model failing `times` times, as an overloaded API does.
+fn overloaded(times: usize) -> ScriptedModel {
+    (0..times).fold(ScriptedModel::new("m"), |model, _| {
+        model.then(|_| {
+            Err(ModelError::Api { model: "m".into(), status: 503, message: "overloaded".into() })
+        })
+    })
+}
+
 /// A listening agent sleeps until the result of an asynchronous call it made in an earlier
 /// cycle arrives, then works on it in a cycle of its own; without anything that could
 /// wake it, listening is refused.
@@ -2480,25 +2520,14 @@ async fn a_batch_shows_its_calls_images() {
 async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
     use toolmux_agent::{ListenEnd, ListenOptions};
     use toolmux_external::{ExternalResult, PendingStore};
-    let (store, external) = async_external("build", "Starts a build");
     // The cycle's first model call fails: the cycle is tried again on its conversation,
     // so what woke it (taken from the inbox) is not lost.
-    let model = Arc::new(
-        ScriptedModel::new("m")
-            .then(|_| {
-                Err(ModelError::Api {
-                    model: "m".into(),
-                    status: 503,
-                    message: "overloaded".into(),
-                })
-            })
-            .report("success", "deployed the build"),
-    );
-    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
-    let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
+    let model = Arc::new(overloaded(1).report("success", "deployed the build"));
+    let (agents, orchestrator, store) =
+        listening_setup(OrchestratorConfig::default(), only(&model), Vec::new()).await;
 
     // A call made by an earlier cycle of the same run is answered later.
-    let call = pending_call("external__build", json!({}), "listening");
+    let call = pending_call("external__build", json!({}), LISTENING);
     let id = store.open(call).await.unwrap();
     let answer = {
         let store = store.clone();
@@ -2508,7 +2537,7 @@ async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
             store.resolve(&id, result).await.unwrap();
         })
     };
-    let ctx = CallContext::new().with_run_id("listening");
+    let ctx = CallContext::new().with_run_id(LISTENING);
     let options = ListenOptions { max_cycles: Some(1), ..ListenOptions::default() };
     let mut reports = Vec::new();
     let ended = agents.listen("a", &ctx, &options, |r| reports.push(r.content.clone())).await;
@@ -2546,8 +2575,6 @@ async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
 #[tokio::test(start_paused = true)]
 async fn a_listening_agent_whose_credentials_are_refused_stops_saying_so() {
     use toolmux_agent::ListenOptions;
-    use toolmux_external::{ExternalResult, PendingStore};
-    let (store, external) = async_external("build", "Starts a build");
     let mut model = ScriptedModel::new("m");
     for _ in 0..4 {
         model = model.then(|_| {
@@ -2559,13 +2586,10 @@ async fn a_listening_agent_whose_credentials_are_refused_stops_saying_so() {
         });
     }
     let model = Arc::new(model);
-    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
-    let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
-    let call = pending_call("external__build", json!({}), "listening");
-    let id = store.open(call).await.unwrap();
-    let result = ExternalResult { result: json!("build 42 is green"), is_error: false };
-    store.resolve(&id, result).await.unwrap();
-    let ctx = CallContext::new().with_run_id("listening");
+    let arrived = vec![(json!({}), json!("build 42 is green"))];
+    let (agents, orchestrator, _) =
+        listening_setup(OrchestratorConfig::default(), only(&model), arrived).await;
+    let ctx = CallContext::new().with_run_id(LISTENING);
     let options = ListenOptions { max_cycles: Some(1), ..ListenOptions::default() };
     let ended = agents.listen("a", &ctx, &options, |r| panic!("no report: {r:?}")).await;
     let error = ended.unwrap_err().to_string();
@@ -2585,25 +2609,15 @@ async fn a_listening_agent_whose_credentials_are_refused_stops_saying_so() {
 #[tokio::test]
 async fn a_listening_agent_gets_results_over_the_size_cap_over_cycles() {
     use toolmux_agent::{ListenEnd, ListenOptions};
-    use toolmux_external::{ExternalResult, PendingStore};
-    let (store, external) = async_external("build", "Starts a build");
     let model = Arc::new(
         ScriptedModel::new("m")
             .report("success", "one")
             .report("success", "two")
             .report("success", "three"),
     );
-    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
     let config = OrchestratorConfig::default().with_response_max_bytes(500);
-    let (agents, orchestrator) =
-        start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
-    for target in 0..3 {
-        let call = pending_call("external__build", json!({"target": target}), "listening");
-        let id = store.open(call).await.unwrap();
-        let result = ExternalResult { result: json!("built ".repeat(40)), is_error: false };
-        store.resolve(&id, result).await.unwrap();
-    }
-    let ctx = CallContext::new().with_run_id("listening");
+    let (agents, orchestrator, _) = listening_setup(config, only(&model), three_big_builds()).await;
+    let ctx = CallContext::new().with_run_id(LISTENING);
     // Idle ends it should results be lost.
     let options = ListenOptions {
         max_cycles: Some(3),
@@ -2637,7 +2651,6 @@ async fn a_listening_agent_gets_results_over_the_size_cap_over_cycles() {
 #[tokio::test]
 async fn results_left_when_listening_stops_are_in_the_last_report() {
     use toolmux_agent::{ListenEnd, ListenOptions};
-    use toolmux_external::{ExternalResult, PendingStore};
     let cancel = CancellationToken::new();
     let cancelling = cancel.clone();
     let cancels = move |_: &ModelRequest| {
@@ -2651,19 +2664,11 @@ async fn results_left_when_listening_stops_are_in_the_last_report() {
         (ScriptedModel::new("m").then(cancels), None, ListenEnd::Cancelled),
     ];
     for (script, max_cycles, end) in cases {
-        let (store, external) = async_external("build", "Starts a build");
         let model = Arc::new(script);
-        let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
         let config = OrchestratorConfig::default().with_response_max_bytes(500);
-        let (agents, orchestrator) =
-            start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
-        for target in 0..3 {
-            let call = pending_call("external__build", json!({"target": target}), "listening");
-            let id = store.open(call).await.unwrap();
-            let result = ExternalResult { result: json!("built ".repeat(40)), is_error: false };
-            store.resolve(&id, result).await.unwrap();
-        }
-        let ctx = CallContext::new().with_run_id("listening").with_cancel(cancel.clone());
+        let (agents, orchestrator, _) =
+            listening_setup(config, only(&model), three_big_builds()).await;
+        let ctx = CallContext::new().with_run_id(LISTENING).with_cancel(cancel.clone());
         let options = ListenOptions { max_cycles, ..ListenOptions::default() };
         let mut reports = Vec::new();
         let ended = agents.listen("a", &ctx, &options, |r| reports.push(r.clone())).await;
@@ -2680,22 +2685,11 @@ async fn results_left_when_listening_stops_are_in_the_last_report() {
 #[tokio::test(start_paused = true)]
 async fn a_cycle_whose_model_keeps_failing_reports_what_woke_it() {
     use toolmux_agent::{ListenEnd, ListenOptions};
-    use toolmux_external::{ExternalResult, PendingStore};
-    let (store, external) = async_external("build", "Starts a build");
-    let mut model = ScriptedModel::new("m");
-    for _ in 0..4 {
-        model = model.then(|_| {
-            Err(ModelError::Api { model: "m".into(), status: 503, message: "overloaded".into() })
-        });
-    }
-    let model = Arc::new(model);
-    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
-    let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
-    let call = pending_call("external__build", json!({"target": 7}), "listening");
-    let id = store.open(call).await.unwrap();
-    let result = ExternalResult { result: json!("build 7 is green"), is_error: false };
-    store.resolve(&id, result).await.unwrap();
-    let ctx = CallContext::new().with_run_id("listening");
+    let model = Arc::new(overloaded(4));
+    let arrived = vec![(json!({"target": 7}), json!("build 7 is green"))];
+    let (agents, orchestrator, _) =
+        listening_setup(OrchestratorConfig::default(), only(&model), arrived).await;
+    let ctx = CallContext::new().with_run_id(LISTENING);
     let options = ListenOptions { max_cycles: Some(1), ..ListenOptions::default() };
     let mut reports = Vec::new();
     let ended = agents.listen("a", &ctx, &options, |r| reports.push(r.clone())).await;
@@ -2714,7 +2708,6 @@ async fn a_cycle_whose_model_keeps_failing_reports_what_woke_it() {
 #[tokio::test]
 async fn a_cycle_the_api_refuses_as_invalid_is_not_tried_again() {
     use toolmux_agent::{ListenEnd, ListenOptions};
-    use toolmux_external::{ExternalResult, PendingStore};
     let refusals = [
         r#"{"error": {"type": "invalid_request_error", "message": "messages: unknown field `x`"}}"#,
         r#"{"error": {"type": "invalid_request_error", "message": "This model's maximum context length is 10 tokens. However, your messages resulted in 900 tokens."}}"#,
@@ -2723,14 +2716,10 @@ async fn a_cycle_the_api_refuses_as_invalid_is_not_tried_again() {
         let refused = ScriptStep::Status { status: 400, body: body.into(), retry_after: None };
         let server = ScriptedLlmServer::start(Dialect::OpenAi, vec![refused; 4]);
         let models = BTreeMap::from([("m".to_owned(), model_speaking(Dialect::OpenAi, &server))]);
-        let (store, external) = async_external("build", "Starts a build");
-        let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
-        let (agents, orchestrator) = start_agents(one("a", agent("m")), models, providers).await;
-        let call = pending_call("external__build", json!({"target": 3}), "listening");
-        let id = store.open(call).await.unwrap();
-        let result = ExternalResult { result: json!("build 3 is green"), is_error: false };
-        store.resolve(&id, result).await.unwrap();
-        let ctx = CallContext::new().with_run_id("listening");
+        let arrived = vec![(json!({"target": 3}), json!("build 3 is green"))];
+        let (agents, orchestrator, _) =
+            listening_setup(OrchestratorConfig::default(), models, arrived).await;
+        let ctx = CallContext::new().with_run_id(LISTENING);
         let options = ListenOptions { max_cycles: Some(1), ..ListenOptions::default() };
         let mut reports = Vec::new();
         let ended = agents.listen("a", &ctx, &options, |r| reports.push(r.clone())).await;
