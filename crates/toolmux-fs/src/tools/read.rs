@@ -116,6 +116,13 @@ fn image_type(head: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// Whether a file starting with `head` is not text, as `read` judges it: an image, or a NUL
+/// in its first [`SNIFF_BYTES`] bytes where no byte order mark names a wide encoding.
+pub(crate) fn is_binary_file(head: &[u8]) -> bool {
+    image_type(head).is_some()
+        || (!Encoding::sniff(head).is_wide() && head[..head.len().min(SNIFF_BYTES)].contains(&0))
+}
+
 /// The image at `path` (`size` bytes, its first bytes in `bytes`, the rest in `reader`) as
 /// an image for the model, and recorded as read.
 #[allow(clippy::too_many_arguments)]
@@ -192,9 +199,7 @@ pub(crate) fn read(
         error
     };
     let encoding = Encoding::sniff(&bytes);
-    if image_type(&bytes).is_some()
-        || (!encoding.is_wide() && bytes[..bytes.len().min(SNIFF_BYTES)].contains(&0))
-    {
+    if is_binary_file(&bytes) {
         return Err(refused(invalid(format!(
             "`{}` is not a text file: `anchor_line` finds blocks of code in text",
             path.given

@@ -247,7 +247,7 @@ impl Style {
 }
 
 /// The style of the file at `path`, from its first [`STYLE_SAMPLE`] bytes; `None` when
-/// there is no file yet.
+/// there is no file yet or it is not text.
 fn existing_style(ws: &Workspace, path: &workspace::Resolved) -> Result<Option<Style>, FsError> {
     let err = |e| FsError::from_io(&path.given, e);
     let canonical = match ws.canonical(path) {
@@ -270,6 +270,11 @@ fn existing_style(ws: &Workspace, path: &workspace::Resolved) -> Result<Option<S
     };
     let mut sample = Vec::new();
     file.take(STYLE_SAMPLE).read_to_end(&mut sample).map_err(err)?;
+    // A binary file has no style to keep: the CR LF in a PNG's signature, or any CR and LF
+    // bytes its data holds, are no line endings, so text replacing it is written as given.
+    if super::read::is_binary_file(&sample) {
+        return Ok(None);
+    }
     let encoding = Encoding::sniff(&sample);
     let body = &sample[encoding.bom().len()..];
     let ending = LineEnding::dominant_in(encoding.units(body));

@@ -163,6 +163,23 @@ async fn write_is_disabled_by_default() {
     assert!(!fx.root().join("a").exists());
 }
 
+/// Text written over a binary file takes no line ending style from it: the CR LF of a
+/// PNG's signature, and the CR bytes of its data, are no line endings.
+#[tokio::test]
+async fn text_over_a_binary_file_is_written_as_given() {
+    let fx = Fixture::new();
+    let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    png.extend([b'\r'; 64]);
+    std::fs::write(fx.root().join("image.png"), &png).unwrap();
+    std::fs::write(fx.root().join("blob.bin"), b"\0\r\r\r\r\r\r\r\r\r\r\r\r").unwrap();
+    for path in ["image.png", "blob.bin"] {
+        fx.err("read", json!({"path": path, "anchor_line": 1})).await;
+        let out = fx.ok("write", json!({"path": path, "content": "text\nnow\n"})).await;
+        assert!(!out.contains("kept the file's"), "{out}");
+        assert_eq!(fx.get(path), "text\nnow\n");
+    }
+}
+
 #[tokio::test]
 async fn overwriting_a_cr_file_with_lf_content_keeps_cr() {
     let fx = Fixture::new();
