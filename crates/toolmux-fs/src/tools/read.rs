@@ -190,7 +190,21 @@ pub(crate) fn read(
     let path = ws.resolve_file("read", &args.path)?;
     let canonical = ws.canonical(&path)?;
     ws.check_read(&path, &canonical)?;
-    let bytes = ws.read_small_at("read", &path, &canonical, limits.edit_max_bytes)?;
+    let bytes = match ws.read_small_at("read", &path, &canonical, limits.edit_max_bytes) {
+        Ok(bytes) => bytes,
+        // Nothing of it was shown, so it is not recorded as read; the message says what
+        // to do instead, and why the file cannot be edited either.
+        Err(FsError::TooLarge { size, limit, .. }) => {
+            return Err(invalid(format!(
+                "`{}` is {size} bytes, over `fs.limits.editMaxBytes` ({limit}): `anchor_line` \
+                 finds blocks only in files it holds whole, as `edit` does, so neither works \
+                 on it; read it by `offset` and `limit` instead (a read of any part lets \
+                 `write` replace it whole)",
+                path.given
+            )));
+        }
+        Err(e) => return Err(e),
+    };
     // A file refused as not text counts as read, by the bytes looked at, as a read without
     // `anchor_line` counts it (see `read_page`): else `write` would ask for a read that
     // could never be made.

@@ -446,6 +446,28 @@ async fn images_are_returned_as_images() {
     assert!(err.contains("binary"), "{err}");
 }
 
+/// `anchor_line` on a file over `fs.limits.editMaxBytes` says why it cannot look there and
+/// that `edit` cannot either, and what to do instead: it showed nothing, so the file is
+/// not recorded as read, while the read by `offset` it points to is, and lets `write`
+/// replace the file.
+#[tokio::test]
+async fn anchor_line_over_the_edit_limit_says_what_to_do() {
+    let fx =
+        Fixture::with(|c| c.with_limits(FsLimits { edit_max_bytes: 10, ..FsLimits::default() }));
+    fx.put("big.py", "def f():\n    return 1\n");
+    let err = fx.call("read", json!({"path": "big.py", "anchor_line": 2})).await.unwrap_err();
+    assert_eq!(err.code(), "invalid_arguments");
+    expect![[r#"invalid arguments for `fs__read`: at /: `big.py` is 22 bytes, over `fs.limits.editMaxBytes` (10): `anchor_line` finds blocks only in files it holds whole, as `edit` does, so neither works on it; read it by `offset` and `limit` instead (a read of any part lets `write` replace it whole)"#]]
+    .assert_eq(&err.report());
+    let edit = json!({"path": "big.py", "old_string": "1", "new_string": "2"});
+    assert!(fx.err("edit", edit).await.contains("over the 10-byte limit of `edit`"));
+    let unread = fx.err("write", json!({"path": "big.py", "content": "x\n"})).await;
+    assert!(unread.contains("read"), "{unread}");
+    fx.ok("read", json!({"path": "big.py", "offset": 2, "limit": 1})).await;
+    fx.ok("write", json!({"path": "big.py", "content": "x\n"})).await;
+    assert_eq!(fx.get("big.py"), "x\n");
+}
+
 /// `anchor_line`: the block of code around a line, by indentation, numbered as `read`
 /// numbers lines; `levels` goes outward.
 #[tokio::test]
