@@ -914,6 +914,28 @@ pub(crate) fn apply_patch(
         }
     }
 
+    // A file over the limit goes without its bytes held, so it can be put back only when
+    // nothing is written after it: its removal is written last ([`commit`]), which holds
+    // for one such removal, not for two, nor for such a file written anew among others.
+    let mut unkept = files.values().filter(|entry| entry.unkept);
+    let risked = match (unkept.next(), unkept.next()) {
+        (Some(_), Some(second)) => Some(second),
+        (Some(only), None) if only.current.is_some() && files.len() > 1 => Some(only),
+        _ => None,
+    };
+    if let Some(entry) = risked {
+        let path = entry.resolved.given.clone();
+        return Err(FsError::Edit {
+            message: format!(
+                "`{DELETE}{path}`: the file is over `fs.limits.editMaxBytes` ({} bytes), so its \
+                 bytes are not held while the patch is written, and this patch writes or \
+                 deletes other files after it: were one of those to fail, it could not be put \
+                 back; delete it in a patch of its own; nothing was changed",
+                limits.edit_max_bytes
+            ),
+            path,
+        });
+    }
     let mut set_id_notes = Vec::new();
     if !args.dry_run {
         set_id_notes = commit(ws, run, &files)?;

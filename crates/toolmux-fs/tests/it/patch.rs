@@ -92,6 +92,38 @@ async fn a_file_over_the_edit_limit_is_deleted() {
     assert!(none.contains("no change is kept for this run"), "{none}");
 }
 
+/// Two files over the edit limit deleted by one patch, or one deleted and added again
+/// among other changes, are refused before anything is written: their bytes are not held,
+/// so the first could not be put back were a later step to fail. Each alone is deleted.
+#[tokio::test]
+async fn files_over_the_edit_limit_are_deleted_one_per_patch() {
+    let fx = Fixture::new();
+    let big = |name: &str| {
+        let path = fx.put(name, &"line\n".repeat(3000));
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(20 << 20).unwrap();
+        path
+    };
+    let (one, two) = (big("one.log"), big("two.log"));
+    fx.put("small.txt", "a\n");
+    for path in ["one.log", "two.log", "small.txt"] {
+        fx.ok("read", json!({"path": path, "limit": 1})).await;
+    }
+    let both =
+        fx.err("apply_patch", patch("*** Delete File: one.log\n*** Delete File: two.log")).await;
+    assert!(both.contains("two.log`: the file is over `fs.limits.editMaxBytes`"), "{both}");
+    assert!(both.ends_with("delete it in a patch of its own; nothing was changed"), "{both}");
+    let again = "*** Delete File: one.log\n*** Add File: one.log\n+new\n*** Delete File: small.txt";
+    let again = fx.err("apply_patch", patch(again)).await;
+    assert!(again.contains("one.log`: the file is over"), "{again}");
+    assert!(one.exists() && two.exists() && fx.root().join("small.txt").exists());
+    // One, with other changes written before it: deleted.
+    let out =
+        fx.ok("apply_patch", patch("*** Delete File: one.log\n*** Delete File: small.txt")).await;
+    assert!(out.contains("D one.log (over 16 MiB"), "{out}");
+    fx.ok("apply_patch", patch("*** Delete File: two.log")).await;
+    assert!(!one.exists() && !two.exists());
+}
+
 #[tokio::test]
 async fn a_moved_file_keeps_its_mode() {
     use std::os::unix::fs::PermissionsExt as _;
