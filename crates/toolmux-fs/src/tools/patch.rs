@@ -833,7 +833,8 @@ pub(crate) fn apply_patch(
                 }
                 let file = TextFile::new_file(lines);
                 too_large(limits, path, &file)?;
-                entry(ws, limits, run, &mut files, &targets, &target)?.current = Some(file);
+                entry(ws, limits, run, &mut files, &targets, &target, Load::Text)?.current =
+                    Some(file);
                 changes.push(Change {
                     mark: 'A',
                     what: format!("{path} (+{})", lines.len()),
@@ -857,7 +858,7 @@ pub(crate) fn apply_patch(
                     });
                 }
                 let loaded = files.contains_key(&target);
-                let gone = raw_entry(ws, limits, run, &mut files, &targets, &target)?;
+                let gone = entry(ws, limits, run, &mut files, &targets, &target, Load::Bytes)?;
                 writable(gone)?;
                 // Loaded here, it is there if it has bytes; loaded before, if the patch
                 // left it there.
@@ -877,7 +878,7 @@ pub(crate) fn apply_patch(
                 changes.push(Change { mark: 'D', what, hunks: Vec::new() });
             }
             Op::Update { path, move_to, hunks } => {
-                let source = entry(ws, limits, run, &mut files, &targets, &target)?;
+                let source = entry(ws, limits, run, &mut files, &targets, &target, Load::Text)?;
                 writable(source)?;
                 let Some(mut file) = source.current.take() else {
                     return Err(missing(ws, path, UPDATE));
@@ -906,7 +907,7 @@ pub(crate) fn apply_patch(
                     _ => (target, 'M', format!("{path} (+{added} -{removed})")),
                 };
                 let source = (mark == 'R').then_some(source);
-                let landed = entry(ws, limits, run, &mut files, &targets, &landing)?;
+                let landed = entry(ws, limits, run, &mut files, &targets, &landing, Load::Text)?;
                 landed.current = Some(file);
                 landed.moved_from = landed.moved_from.take().or(source);
                 changes.push(Change { mark, what, hunks: applied });
@@ -1005,7 +1006,19 @@ fn too_large(limits: &FsLimits, path: &str, file: &TextFile) -> Result<(), FsErr
     Ok(())
 }
 
-/// The entry of `target`, loaded from disk on first use.
+/// How a file the patch touches is loaded from disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// As text to change: decoded, and refused when it is not text or over the limit.
+    Text,
+    /// As bytes, for `*** Delete File:`: deleting needs no decoding, so a binary file or
+    /// one that is not valid text may be deleted (and its bytes brought back by `undo`),
+    /// and one over the limit is deleted without its bytes held. It is still refused when
+    /// it changed since it was read.
+    Bytes,
+}
+
+/// The entry of `target`, loaded from disk on first use as `how` says.
 fn entry<'f>(
     ws: &Workspace,
     limits: &FsLimits,
@@ -1013,69 +1026,59 @@ fn entry<'f>(
     files: &'f mut BTreeMap<PathBuf, Entry>,
     targets: &BTreeMap<PathBuf, Resolved>,
     target: &PathBuf,
+    how: Load,
 ) -> Result<&'f mut Entry, FsError> {
     if !files.contains_key(target) {
         let resolved = targets[target].clone();
-        let (original, current) = if exists(ws, &resolved)? {
-            let (decoded, encoding) = load(ws, limits, run, &resolved, "apply_patch")?;
-            (Some(encoding.encode(&decoded)), Some(TextFile::parse(&decoded, encoding)))
-        } else {
-            (None, None)
-        };
-        let mode = original.as_ref().and_then(|_| mode_of(ws, &resolved));
-        let entry = Entry { resolved, original, unkept: false, current, moved_from: None, mode };
-        files.insert(target.clone(), entry);
-    }
-    Ok(files.get_mut(target).expect("inserted above"))
-}
-
-/// The entry of `target` for `*** Delete File:`, loaded from disk on first use as bytes,
-/// not as text: deleting needs no decoding, so a binary file or one that is not valid text
-/// may be deleted (and its bytes brought back by `undo`). It is still refused when it
-/// changed since it was read.
-fn raw_entry<'f>(
-    ws: &Workspace,
-    limits: &FsLimits,
-    run: &str,
-    files: &'f mut BTreeMap<PathBuf, Entry>,
-    targets: &BTreeMap<PathBuf, Resolved>,
-    target: &PathBuf,
-) -> Result<&'f mut Entry, FsError> {
-    if !files.contains_key(target) {
-        let resolved = targets[target].clone();
-        let (original, unkept) = match exists(ws, &resolved)? {
-            true => {
-                // Read where the check found it, no symlink followed (as `load` does).
-                let canonical = ws.canonical(&resolved)?;
-                ws.check_read(&resolved, &canonical)?;
-                match ws.read_small_at("apply_patch", &resolved, &canonical, limits.edit_max_bytes)
-                {
-                    Ok(bytes) => {
-                        let current = workspace::hash(&bytes);
-                        ws.check_fresh(run, &resolved, &canonical, &current, false)?;
-                        (Some(bytes), false)
-                    }
-                    // Too large to hold: checked as `read` recorded it (hashed, or
-                    // fingerprinted when larger still), and deleted without its bytes.
-                    Err(FsError::TooLarge { .. }) => {
-                        let whole_max = super::read::counted_max(limits);
-                        let current = ws.hash_or_fingerprint(&resolved, whole_max)?;
-                        ws.check_fresh(run, &resolved, &canonical, &current, false)?;
-                        (None, true)
-                    }
-                    Err(error) => return Err(error),
-                }
+        let (original, unkept, current) = match (exists(ws, &resolved)?, how) {
+            (false, _) => (None, false, None),
+            (true, Load::Text) => {
+                let (decoded, encoding) = load(ws, limits, run, &resolved, "apply_patch")?;
+                let file = TextFile::parse(&decoded, encoding);
+                (Some(encoding.encode(&decoded)), false, Some(file))
             }
-            false => (None, false),
+            (true, Load::Bytes) => {
+                let (original, unkept) = load_bytes(ws, limits, run, &resolved)?;
+                (original, unkept, None)
+            }
         };
         let mode = (original.is_some() || unkept).then(|| mode_of(ws, &resolved)).flatten();
-        let (current, moved_from) = (None, None);
+        let moved_from = None;
         files.insert(
             target.clone(),
             Entry { resolved, original, unkept, current, moved_from, mode },
         );
     }
     Ok(files.get_mut(target).expect("inserted above"))
+}
+
+/// The bytes of the file at `resolved` ([`Load::Bytes`]), and whether they were not held
+/// (`None`, `true`) for a file over the limit.
+fn load_bytes(
+    ws: &Workspace,
+    limits: &FsLimits,
+    run: &str,
+    resolved: &Resolved,
+) -> Result<(Option<Vec<u8>>, bool), FsError> {
+    // Read where the check found it, no symlink followed (as `load` does).
+    let canonical = ws.canonical(resolved)?;
+    ws.check_read(resolved, &canonical)?;
+    match ws.read_small_at("apply_patch", resolved, &canonical, limits.edit_max_bytes) {
+        Ok(bytes) => {
+            let current = workspace::hash(&bytes);
+            ws.check_fresh(run, resolved, &canonical, &current, false)?;
+            Ok((Some(bytes), false))
+        }
+        // Too large to hold: checked as `read` recorded it (hashed, or fingerprinted when
+        // larger still), and deleted without its bytes.
+        Err(FsError::TooLarge { .. }) => {
+            let whole_max = super::read::counted_max(limits);
+            let current = ws.hash_or_fingerprint(resolved, whole_max)?;
+            ws.check_fresh(run, resolved, &canonical, &current, false)?;
+            Ok((None, true))
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// The permission bits of the file at `path` (set-id bits included).

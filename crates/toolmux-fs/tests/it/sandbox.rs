@@ -53,6 +53,14 @@ fn unsandboxed_dir() -> tempfile::TempDir {
     panic!("no writable directory outside /tmp, $TMPDIR and /dev/shm to test the sandbox with")
 }
 
+/// A workspace root in [`unsandboxed_dir`], and its path with symlinks resolved (as the
+/// sandbox sees it); the directory goes when the first is dropped.
+fn unsandboxed_root() -> (tempfile::TempDir, PathBuf) {
+    let dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, root)
+}
+
 impl Sandboxed {
     fn new(sandbox: SandboxConfig) -> Sandboxed {
         Sandboxed::with(|_| sandbox)
@@ -60,10 +68,8 @@ impl Sandboxed {
 
     /// The sandbox made by `f` from the outside directory.
     fn with(f: impl FnOnce(&Path) -> SandboxConfig) -> Sandboxed {
-        let root_dir = unsandboxed_dir();
-        let outside_dir = unsandboxed_dir();
-        let root = std::fs::canonicalize(root_dir.path()).unwrap();
-        let outside = std::fs::canonicalize(outside_dir.path()).unwrap();
+        let (root_dir, root) = unsandboxed_root();
+        let (outside_dir, outside) = unsandboxed_root();
         let bash = BashConfig { sandbox: f(&outside), ..BashConfig::default() };
         let config = FsConfig::new(&root)
             .with_permissions([Permission::Read, Permission::Execute])
@@ -334,8 +340,7 @@ async fn network_false_refuses_tcp_and_network_true_allows_it() {
 #[tokio::test]
 async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
     std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
     std::fs::create_dir_all(root.join("vendor/lib")).unwrap();
@@ -486,8 +491,7 @@ async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
 #[tokio::test]
 async fn stored_outputs_in_tmp_are_hidden_from_commands() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     let tmp = tempfile::tempdir_in("/tmp").unwrap();
     let outputs = std::fs::canonicalize(tmp.path()).unwrap().join("outputs");
     std::fs::create_dir(&outputs).unwrap();
@@ -566,10 +570,8 @@ async fn stored_outputs_in_tmp_are_hidden_from_commands() {
 #[tokio::test]
 async fn a_missing_output_directory_is_not_made_through_a_symlink() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
-    let outside_dir = unsandboxed_dir();
-    let outside = std::fs::canonicalize(outside_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
+    let (_outside, outside) = unsandboxed_root();
     let config = FsConfig::new(&root)
         .with_permissions([Permission::Read, Permission::Execute])
         .with_protected(ProtectedPath::new(root.join("build/outputs"), ProtectedKind::OutputDir));
@@ -600,8 +602,7 @@ async fn a_missing_output_directory_is_not_made_through_a_symlink() {
 #[tokio::test]
 async fn the_users_protect_and_hide_lines_reach_commands() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     for (path, text) in [
         (
             ".gitignore",
@@ -666,8 +667,7 @@ async fn the_users_protect_and_hide_lines_reach_commands() {
 #[tokio::test]
 async fn command_tools_are_kept_from_what_bash_is_kept_from() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     for (path, text) in
         [(".env", "KEY=1\n"), ("secrets/prod.key", "private\n"), ("toolmux.yaml", "fs: {}\n")]
     {
@@ -709,8 +709,7 @@ async fn command_tools_are_kept_from_what_bash_is_kept_from() {
 #[tokio::test]
 async fn what_a_command_tool_makes_of_watched_files_is_moved_aside() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     let config = FsConfig::new(&root)
         .with_protected(ProtectedPath::new("toolmux.json", ProtectedKind::Configuration));
     let script = "mkdir sub && echo 'gitdir: /tmp/elsewhere' > sub/.git && echo '{}' > \
@@ -741,8 +740,7 @@ async fn what_a_command_tool_makes_of_watched_files_is_moved_aside() {
 #[tokio::test]
 async fn what_a_cancelled_command_planted_is_moved_aside() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     let config = FsConfig::new(&root).with_permissions([Permission::Read, Permission::Execute]);
     let script = "mkdir -p .git/hooks && echo x > .git/hooks/x && sleep 30";
     let tool = CommandToolConfig {
@@ -792,8 +790,7 @@ async fn what_a_cancelled_command_planted_is_moved_aside() {
 #[tokio::test]
 async fn the_spill_directory_is_read_only_to_commands() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     let spill = root.join("spill");
     let bash = BashConfig { spill_dir: Some(spill.clone()), ..BashConfig::default() };
     let config = FsConfig::new(&root)
@@ -825,8 +822,7 @@ async fn the_spill_directory_is_read_only_to_commands() {
 #[tokio::test]
 async fn a_spill_directory_removed_while_serving_is_made_again_read_only() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     let spill = root.join("spill");
     let bash = BashConfig { spill_dir: Some(spill.clone()), ..BashConfig::default() };
     let config = FsConfig::new(&root)
@@ -857,8 +853,7 @@ async fn a_spill_directory_removed_while_serving_is_made_again_read_only() {
 #[tokio::test]
 async fn hide_lines_reach_commands_in_read_only_mode_too() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     std::fs::create_dir_all(root.join("secrets")).unwrap();
     std::fs::write(root.join("secrets/prod.key"), "private\n").unwrap();
     let bash =
@@ -883,8 +878,7 @@ async fn hide_lines_reach_commands_in_read_only_mode_too() {
 #[tokio::test]
 async fn a_link_a_command_makes_to_a_watched_files_folder_is_what_is_moved() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     let outside = unsandboxed_dir();
     std::fs::write(outside.path().join("settings.json"), "{\"mine\": true}").unwrap();
     let config = FsConfig::new(&root)
@@ -912,8 +906,7 @@ async fn a_link_a_command_makes_to_a_watched_files_folder_is_what_is_moved() {
 #[tokio::test]
 async fn a_repository_a_command_makes_is_moved_aside() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     let provider = |protect: bool| {
         let sandbox = SandboxConfig::default().with_protect_paths(protect);
         let bash = BashConfig { sandbox, ..BashConfig::default() };
@@ -946,8 +939,7 @@ async fn a_repository_a_command_makes_is_moved_aside() {
 #[tokio::test]
 async fn a_repository_a_command_makes_beneath_the_root_is_moved_aside() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (root_dir, root) = unsandboxed_root();
     let git = |dir: &Path, args: &[&str]| {
         std::process::Command::new("git")
             .args(args)
@@ -1005,8 +997,7 @@ async fn a_repository_a_command_makes_beneath_the_root_is_moved_aside() {
 #[tokio::test]
 async fn a_bare_repository_a_command_makes_of_the_root_or_beneath_it_is_moved_aside() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     std::fs::write(root.join("notes.txt"), "the user's\n").unwrap();
     let bash = BashConfig { sandbox: SandboxConfig::default(), ..BashConfig::default() };
     let config = FsConfig::new(&root)
@@ -1065,8 +1056,7 @@ async fn a_bare_repository_a_command_makes_of_the_root_or_beneath_it_is_moved_as
 #[tokio::test]
 async fn a_repository_a_running_task_makes_is_moved_aside_before_it_ends() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     let bash = BashConfig { sandbox: SandboxConfig::default(), ..BashConfig::default() };
     let config = FsConfig::new(&root)
         .with_permissions([Permission::Read, Permission::Execute])
@@ -1146,8 +1136,7 @@ async fn a_repository_a_running_task_makes_is_moved_aside_before_it_ends() {
 #[tokio::test]
 async fn nested_repositories_stay_read_only() {
     let kernel = kernel(Kernel::NoNetwork).await;
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     let repos = ["vendor/lib", "a", "b/c/d"];
     for repo in repos {
         let dir = root.join(repo);
@@ -1248,8 +1237,7 @@ async fn commands_leave_agents_and_editors_files_alone() {
     if kernel(Kernel::NoNetwork).await == Kernel::None {
         return;
     }
-    let root_dir = unsandboxed_dir();
-    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let (_dir, root) = unsandboxed_root();
     std::fs::create_dir_all(root.join(".vscode")).unwrap();
     std::fs::write(root.join(".vscode/tasks.json"), "{}\n").unwrap();
     let config = FsConfig::new(&root)
