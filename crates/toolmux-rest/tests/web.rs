@@ -418,6 +418,11 @@ async fn robots_txt_is_obeyed() {
                 headers: vec![("Location".into(), other_page.clone())],
                 chunks: Vec::new(),
             },
+            "/open" => Reply {
+                status: 302,
+                headers: vec![("Location".into(), "/private/plans".into())],
+                chunks: Vec::new(),
+            },
             _ => html(PAGE),
         }
     })
@@ -440,6 +445,16 @@ async fn robots_txt_is_obeyed() {
         moved.report().contains(&format!("{other}/robots.txt disallows")),
         "{}",
         moved.report()
+    );
+    // A redirect on the same site to a disallowed page is refused as well.
+    let inward = call(&web, "fetch", json!({"url": format!("{base}/open")})).await.unwrap_err();
+    assert!(matches!(inward, ToolError::Denied { .. }), "{}", inward.report());
+    assert!(
+        inward.report().contains(&format!(
+            "{base}/robots.txt disallows {base}/private/plans for `toolmux` (`Disallow: /private/`)"
+        )),
+        "{}",
+        inward.report()
     );
     assert_eq!(*robots_reads.lock().unwrap(), 1, "robots.txt is read once a site");
 

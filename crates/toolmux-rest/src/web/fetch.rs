@@ -337,12 +337,7 @@ impl Fetcher {
                 })?;
                 tokio::time::sleep(wait).await;
             }
-            let page = self.get(tool, &url, secrets).await?;
-            // Redirected to another site: its robots.txt has a say too.
-            if origin(&page.final_url) != origin(&url) {
-                self.obey_robots(tool, &page.final_url).await?;
-            }
-            Ok::<_, ToolError>(page)
+            self.get(tool, &url, secrets).await
         };
         let page = tokio::time::timeout(limit, fetch).await.map_err(|_| ToolError::Timeout {
             tool: tool.to_owned(),
@@ -446,7 +441,8 @@ impl Fetcher {
         })
     }
 
-    /// The response to `GET url`, its body cut at `max_bytes`.
+    /// The response to `GET url`, its body cut at `max_bytes`; refused when it was
+    /// redirected to a page robots.txt disallows.
     async fn get(&self, tool: &str, url: &Url, secrets: &[String]) -> Result<Fetched, ToolError> {
         let response = self
             .client
@@ -460,6 +456,11 @@ impl Fetcher {
             .map_err(|e| request_error(tool, url, &e))?;
         let status = response.status();
         let final_url = response.url().clone();
+        // Redirected, on this site or another: the robots.txt of where it led has a say
+        // too, before the page is read.
+        if final_url != *url {
+            self.obey_robots(tool, &final_url).await?;
+        }
         let content_type = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
