@@ -46,14 +46,9 @@ impl Replica {
 
     /// SIGTERM, as a service manager stops it; waits for the exit.
     fn stop(&mut self) {
-        let pid = self.child.id().to_string();
-        let sent = std::process::Command::new("kill").args(["-TERM", &pid]).status();
-        assert!(sent.is_ok_and(|s| s.success()), "kill -TERM {pid}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.child.try_wait().ok().flatten().is_none() {
-            assert!(Instant::now() < deadline, "toolmux did not stop within 30 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::send_signal(&self.child, "TERM");
+        let stopped = crate::exit_within(&mut self.child, Duration::from_secs(30));
+        assert!(stopped.is_some(), "toolmux did not stop within 30 s");
     }
 
     /// SIGKILL: a crash, nothing cleaned up.

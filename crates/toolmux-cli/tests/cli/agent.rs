@@ -284,11 +284,8 @@ impl Served {
     /// Closes stdin: end of input ends the server, within 30 s.
     pub(crate) fn end(mut self) {
         drop(self.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.child.try_wait().expect("the server's status").is_none() {
-            assert!(Instant::now() < deadline, "toolmux serve did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let ended = crate::exit_within(&mut self.child, Duration::from_secs(30));
+        assert!(ended.is_some(), "toolmux serve did not exit");
     }
 }
 

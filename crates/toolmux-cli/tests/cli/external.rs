@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::io::{BufRead as _, Read as _, Write as _};
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{Receiver, channel};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
 
 const CONFIG: &str = "\
@@ -110,18 +110,7 @@ impl Session {
             let _ = stderr.read_to_string(&mut text);
             text
         });
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("the child's status") {
-                break Some(status);
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = crate::exit_within(&mut self.child, Duration::from_secs(30));
         let stderr = errors.join().unwrap_or_default();
         assert!(status.is_some_and(|s| s.success()), "{status:?}: {stderr}");
     }
@@ -372,9 +361,7 @@ fn an_interrupted_call_is_withdrawn() {
         .expect("toolmux tools call starts");
     let listed = project.run(&["tools", "call", "external__pending", r#"{"waitMs": 30000}"#]);
     assert!(listed.ok().contains("ship?"), "{listed:?}");
-    let pid = asking.id().to_string();
-    let signalled = std::process::Command::new("kill").args(["-INT", &pid]).status();
-    assert!(signalled.is_ok_and(|s| s.success()));
+    crate::send_signal(&asking, "INT");
     let run = crate::wait(asking, Duration::from_secs(30));
     assert_eq!(run.code, 130, "{run:?}");
     assert!(run.stderr.contains("interrupted"), "{run:?}");

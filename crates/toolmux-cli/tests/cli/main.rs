@@ -27,7 +27,7 @@ mod trace_mcp;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The binary under test.
@@ -205,12 +205,32 @@ pub(crate) fn start_and_signal(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let sent = Command::new("kill")
-        .args([&format!("-{signal}"), &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(sent.success(), "kill -{signal} failed");
+    send_signal(&child, signal);
     wait(child, Duration::from_secs(30))
+}
+
+/// Sends `signal` (a name for `kill`, such as `INT` or `TERM`) to `child`.
+pub(crate) fn send_signal(child: &Child, signal: &str) {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill").args([&format!("-{signal}"), &pid]).status();
+    assert!(sent.is_ok_and(|s| s.success()), "kill -{signal} {pid} failed");
+}
+
+/// Waits at most `limit` for `child` to exit: its status, or `None` when it had not
+/// exited by then (it is killed).
+pub(crate) fn exit_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Waits for `child` to exit, killing it after `limit`; collects its output (stdout empty
@@ -230,17 +250,8 @@ pub(crate) fn wait(mut child: Child, limit: Duration) -> Run {
         let _ = stderr.read_to_string(&mut s);
         s
     });
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("toolmux did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = exit_within(&mut child, limit) else {
+        panic!("toolmux did not exit within {limit:?}");
     };
     Run {
         code: status.code().unwrap_or(-1),

@@ -138,9 +138,7 @@ pub(crate) fn start_serving_http(
 /// SIGTERM: toolmux stops serving, saves statistics and reaps its MCP servers.
 pub(crate) fn stop(gateway: HttpGateway) -> Run {
     let HttpGateway { mut child, stderr, .. } = gateway;
-    let terminated =
-        Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill runs");
-    assert!(terminated.success());
+    crate::send_signal(&child, "TERM");
     child.stderr = Some(stderr.into_inner());
     wait(child, Duration::from_secs(30))
 }
@@ -1442,63 +1440,19 @@ fn a_slow_server_joins_after_the_gateway_answers() {
 fn watch_reports_a_fifo_in_place_of_the_configuration_and_goes_on() {
     let project = Project::new();
     project.file("toolmux.yaml", "fs: {}\n");
-    let gateway = serve_http_with(&project, &["--watch"]);
-    let HttpGateway { child, stderr, url } = gateway;
-    /// Kills the gateway should the test fail before it stops it.
-    struct Stopped(std::process::Child);
-    impl Drop for Stopped {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut child = Stopped(child);
-    let (lines, received) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut stderr = stderr;
-        let mut line = String::new();
-        while stderr.read_line(&mut line).unwrap_or(0) > 0 {
-            // The test may have stopped listening.
-            let _ = lines.send(std::mem::take(&mut line));
-        }
-        stderr
-    });
-    let mut seen = String::new();
-    let mut wait_for = |text: &str| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !seen.contains(text) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match received.recv_timeout(left) {
-                Ok(line) => seen.push_str(&line),
-                Err(_) => panic!("no `{text}` within 30 s; stderr:\n{seen}"),
-            }
-        }
-    };
+    let mut gateway = Followed::of(serve_http_with(&project, &["--watch"]));
     let config = project.path().join("toolmux.yaml");
     std::fs::remove_file(&config).expect("removed");
     fifo(project.path(), "toolmux.yaml");
-    wait_for(
+    gateway.wait_for(
         "toolmux.yaml: it is a FIFO (named pipe), not a regular file: give the path of a \
          configuration file; still serving the previous configuration",
     );
     std::fs::remove_file(&config).expect("removed");
     project.file("toolmux.yaml", "fs: {permissions: [read, write]}\n");
-    wait_for("toolmux: reloaded");
-    let terminated = Command::new("kill")
-        .args(["-TERM", &child.0.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(terminated.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.0.try_wait().expect("try_wait") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "toolmux serve did not stop within 30 s");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(0), "{url}");
-    reader.join().expect("stderr reader");
+    gateway.wait_for("toolmux: reloaded");
+    let (code, stderr) = gateway.stop();
+    assert_eq!(code, 0, "{stderr}");
 }
 
 /// A gateway whose stderr is read as it comes, for tests that wait for what it says (a
@@ -1551,22 +1505,9 @@ impl Followed {
     /// SIGTERM, then the exit code and all of stderr.
     fn stop(mut self) -> (i32, String) {
         let mut child = self.child.take().expect("running");
-        let terminated = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(terminated.success());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("toolmux serve did not stop within 30 s; stderr:\n{}", self.seen);
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        crate::send_signal(&child, "TERM");
+        let Some(status) = crate::exit_within(&mut child, Duration::from_secs(30)) else {
+            panic!("toolmux serve did not stop within 30 s; stderr:\n{}", self.seen);
         };
         if let Some(reader) = self.reader.take() {
             reader.join().expect("stderr reader");

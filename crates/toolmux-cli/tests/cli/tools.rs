@@ -1040,11 +1040,7 @@ fn stopping_signals_reap_the_servers() {
             // Serving (it waits at most 8 s for a server that does not start).
             std::thread::sleep(std::time::Duration::from_secs(9));
         }
-        let killed = std::process::Command::new("kill")
-            .args([&format!("-{signal}"), &child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(killed.success());
+        crate::send_signal(&child, signal);
         let status = loop {
             if let Some(status) = child.try_wait().expect("status") {
                 break status;
