@@ -770,6 +770,16 @@ mod tests {
             (&format!("{}git push origin", "nice ".repeat(50)), "ask"),
             (&format!("{}ls", "env ".repeat(50)), "ask"),
             ("env env env env env env ls", "allow"),
+            // A wrapper's options with a value, however given, and `--` before its
+            // positional arguments do not hide the command it runs; nor does an option
+            // not known to take one.
+            ("sudo --user root rm -rf x", "deny"),
+            ("sudo -iu root rm -rf x", "deny"),
+            ("xargs --max-args 1 rm", "deny"),
+            ("stdbuf --output L rm x", "deny"),
+            ("timeout -- 5 rm -rf x", "deny"),
+            ("sudo --frobnicate root rm -rf x", "deny"),
+            ("sudo --preserve-env ls", "allow"),
         ] {
             assert_eq!(verdict(&judge_command(&stacked, "fs__bash", line)), want, "{line}");
         }

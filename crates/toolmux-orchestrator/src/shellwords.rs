@@ -390,33 +390,82 @@ impl Splitter {
 
 /// Programs that run another command given in their arguments, with the options of each
 /// that take a value of their own and how many plain arguments come before the command.
+/// An option not listed is read both with and without a value ([`wrapped_starts`]).
 const WRAPPERS: &[(&str, &[&str], usize)] = &[
-    ("sudo", &["-u", "-g", "-U", "-C", "-D", "-h", "-p", "-r", "-t", "-T"], 0),
+    (
+        "sudo",
+        &[
+            "-u",
+            "-g",
+            "-U",
+            "-C",
+            "-D",
+            "-h",
+            "-p",
+            "-r",
+            "-t",
+            "-T",
+            "--user",
+            "--group",
+            "--other-user",
+            "--close-from",
+            "--chdir",
+            "--host",
+            "--prompt",
+            "--role",
+            "--type",
+            "--command-timeout",
+        ],
+        0,
+    ),
     ("doas", &["-u", "-C"], 0),
-    ("env", &["-u", "-C", "-S", "--unset", "--chdir"], 0),
+    ("env", &["-u", "-C", "-S", "--unset", "--chdir", "--split-string"], 0),
     ("nice", &["-n", "--adjustment"], 0),
-    ("ionice", &["-c", "-n", "-p", "-P", "-u"], 0),
+    (
+        "ionice",
+        &["-c", "-n", "-p", "-P", "-u", "--class", "--classdata", "--pid", "--pgid", "--uid"],
+        0,
+    ),
     ("timeout", &["-s", "-k", "--signal", "--kill-after"], 1),
-    ("stdbuf", &["-i", "-o", "-e"], 0),
-    ("xargs", &["-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter"], 0),
+    ("stdbuf", &["-i", "-o", "-e", "--input", "--output", "--error"], 0),
+    (
+        "xargs",
+        &[
+            "-a",
+            "-d",
+            "-E",
+            "-I",
+            "-L",
+            "-n",
+            "-P",
+            "-s",
+            "--arg-file",
+            "--delimiter",
+            "--max-args",
+            "--max-procs",
+            "--max-chars",
+            "--process-slot-var",
+        ],
+        0,
+    ),
     ("nohup", &[], 0),
     ("setsid", &[], 0),
     ("command", &[], 0),
     ("builtin", &[], 0),
     ("exec", &["-a"], 0),
-    ("time", &["-f", "-o"], 0),
-    ("watch", &["-n", "-d"], 0),
+    ("time", &["-f", "-o", "--format", "--output"], 0),
+    ("watch", &["-n", "--interval"], 0),
     ("chroot", &[], 1),
     ("unbuffer", &[], 0),
     ("coproc", &[], 0),
-    ("flock", &["-w", "--timeout", "-E", "--conflict-exit-code", "-c", "--command"], 1),
+    ("flock", &["-w", "--wait", "--timeout", "-E", "--conflict-exit-code", "-c", "--command"], 1),
     ("taskset", &[], 1),
     ("chrt", &["-T", "-P", "-D"], 1),
     ("strace", &["-o", "-e", "-s", "-p", "-u", "-E", "-a", "-O", "-S", "-P", "-I", "-b", "-X"], 0),
     ("ltrace", &["-o", "-e", "-s", "-p", "-u", "-n", "-a", "-A", "-l", "-x", "-L"], 0),
     ("nsenter", &["-t", "--target", "-S", "--setuid", "-G", "--setgid", "-w", "--wd"], 0),
     ("unshare", &["--map-user", "--map-group", "--propagation", "--setgroups"], 0),
-    ("runuser", &["-u", "-g", "-G", "--user", "--group"], 0),
+    ("runuser", &["-u", "-g", "-G", "--user", "--group", "--supp-group"], 0),
     (
         "systemd-run",
         &[
@@ -594,28 +643,82 @@ fn inner(words: &[String], depth: (usize, usize), found: &mut Found) {
             i += 1;
         }
     } else if let Some((_, with_value, positional)) = WRAPPERS.iter().find(|w| w.0 == program) {
-        let mut i = 1;
-        let mut plain = 0;
-        while i < words.len() {
-            let w = words[i].as_str();
-            if w == "--" {
-                i += 1;
-                break;
-            }
-            if w.starts_with('-') && w.len() > 1 {
-                i += if with_value.contains(&w) { 2 } else { 1 };
-            } else if program == "env" && is_assignment(w) {
-                i += 1;
-            } else if plain < *positional {
-                plain += 1;
-                i += 1;
-            } else {
-                break;
-            }
+        for start in wrapped_starts(program, &words[1..], with_value, *positional) {
+            add(found, words[1 + start..].to_vec());
         }
-        if i < words.len() {
-            add(found, words[i..].to_vec());
+    }
+}
+
+/// Where in `args`, a wrapper's arguments, the command it runs may begin: past its
+/// options (those in `with_value` with their value, given in the next word or joined,
+/// `--user root`, `--user=root`, `-uroot`, or as the last letter of a bundle, `-iu root`),
+/// its `positional` plain arguments (`timeout 5`, also after `--`) and, for `env`, its
+/// assignments. An option it is not known to take a value with is read both ways, with
+/// and without one (`sudo --preserve-env rm` runs `rm`, `sudo --frobnicate root rm` may
+/// run `rm` too): every reading is judged, so that a deny rule is not dodged by an
+/// option the table does not know. At most two readings per option, and readings that
+/// meet again are not followed twice.
+fn wrapped_starts(
+    program: &str,
+    args: &[String],
+    with_value: &[&str],
+    positional: usize,
+) -> Vec<usize> {
+    // (next word, plain arguments taken, past `--`)
+    let mut todo = vec![(0, 0, false)];
+    let mut seen = std::collections::HashSet::new();
+    let mut starts = Vec::new();
+    while let Some(state) = todo.pop() {
+        if !seen.insert(state) {
+            continue;
         }
+        let (i, plain, ended) = state;
+        let Some(w) = args.get(i).map(String::as_str) else { continue };
+        if !ended && w == "--" {
+            todo.push((i + 1, plain, true));
+        } else if !ended && w.starts_with('-') && w.len() > 1 {
+            for words in option_words(w, with_value) {
+                todo.push((i + words, plain, false));
+            }
+        } else if program == "env" && is_assignment(w) {
+            todo.push((i + 1, plain, ended));
+        } else if plain < positional {
+            todo.push((i + 1, plain + 1, ended));
+        } else if !starts.contains(&i) {
+            starts.push(i);
+        }
+    }
+    starts.sort_unstable();
+    starts
+}
+
+/// How many words the option `word` may take with its value: 2 for an option of
+/// `with_value` given alone (`-u root`, `--user root`, a bundle ending in one, `-iu
+/// root`), 1 for one with its value joined (`-uroot`, `--user=root`) or a long option
+/// with `=`; both for an option not known to take a value, which may or may not take the
+/// next word (or, in a bundle, the rest of its word).
+fn option_words(word: &str, with_value: &[&str]) -> Vec<usize> {
+    if let Some(long) = word.strip_prefix("--") {
+        return match (long.contains('='), with_value.contains(&word)) {
+            (true, _) => vec![1],
+            (false, true) => vec![2],
+            (false, false) => vec![1, 2],
+        };
+    }
+    let letters: Vec<char> = word[1..].chars().collect();
+    let known = |letter: &char| with_value.contains(&format!("-{letter}").as_str());
+    // The value of a letter that takes one is the rest of the word, else the next word.
+    let words_from = |at: usize| if at + 1 == letters.len() { 2 } else { 1 };
+    if known(&letters[0]) {
+        return vec![words_from(0)];
+    }
+    // The first letter unknown: the word alone or with the next one, unless a later
+    // letter is known to take a value, and the letters before it are flags (the first may
+    // also take the rest of the word as its value).
+    match letters.iter().skip(1).position(known) {
+        Some(k) if words_from(k + 1) == 2 => vec![1, 2],
+        Some(_) => vec![1],
+        None => vec![1, 2],
     }
 }
 
@@ -750,7 +853,9 @@ mod tests {
         assert_eq!(inner("flock /tmp/l touch f"), ["touch f"]);
         assert_eq!(inner("flock -c 'touch f' /tmp/l"), ["touch f"]);
         assert_eq!(inner("taskset 1 touch f"), ["touch f"]);
-        assert_eq!(inner("chrt -o 0 touch f"), ["touch f"]);
+        // `-o` is not known to take no value: `0` may be its value and `touch` the
+        // priority, so `f` is judged too.
+        assert_eq!(inner("chrt -o 0 touch f"), ["touch f", "f"]);
         assert_eq!(inner("strace -o /dev/null touch f"), ["touch f"]);
         assert_eq!(inner("su -c 'touch f' root"), ["touch f"]);
         assert_eq!(inner("bash <<< 'touch f'"), ["touch f"]);
@@ -786,5 +891,19 @@ mod tests {
         assert_eq!(commands("{ rm x; }"), ["rm x"]);
         assert_eq!(inner("xargs -n 1 rm"), ["rm"]);
         assert_eq!(inner("git status"), Vec::<String>::new());
+        // Long options with their value in the next word or joined, a bundle whose last
+        // letter takes a value, `--` before a wrapper's positional arguments.
+        assert_eq!(inner("sudo --user root rm -rf x"), ["rm -rf x"]);
+        assert_eq!(inner("sudo --user=root rm -rf x"), ["rm -rf x"]);
+        assert_eq!(inner("sudo -uroot rm -rf x"), ["rm -rf x"]);
+        assert_eq!(inner("xargs --max-args 1 rm"), ["rm"]);
+        assert_eq!(inner("stdbuf --output L rm x"), ["rm x"]);
+        assert_eq!(inner("timeout -- 5 rm -rf x"), ["rm -rf x"]);
+        assert_eq!(inner("timeout -s KILL -- 5 rm -rf x"), ["rm -rf x"]);
+        // An option not known to take a value is read both ways.
+        assert_eq!(inner("sudo -iu root rm -rf x"), ["root rm -rf x", "rm -rf x"]);
+        assert_eq!(inner("sudo --frobnicate root rm x"), ["root rm x", "rm x"]);
+        assert_eq!(inner("sudo -E rm x"), ["rm x", "x"]);
+        assert_eq!(inner("sudo -Xu root rm x"), ["root rm x", "rm x"]);
     }
 }
