@@ -15,7 +15,7 @@
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -53,7 +53,7 @@ struct Sessions {
     closed: Mutex<VecDeque<(Arc<str>, Closed)>>,
     shutdown: CancellationToken,
     /// Whether the reaper runs (warmup may come again after a restart).
-    reaping: std::sync::atomic::AtomicBool,
+    reaping: AtomicBool,
 }
 
 /// How many closed runs are remembered, to tell them when they call again.
@@ -96,7 +96,17 @@ fn human_secs(duration: Duration) -> String {
 struct Session {
     provider: Arc<McpProvider>,
     last_used: Instant,
-    in_flight: Arc<AtomicUsize>,
+    calls: Arc<Calls>,
+}
+
+/// The calls of a session in flight, and whether its run ended meanwhile.
+#[derive(Debug, Default)]
+struct Calls {
+    // Invariant: changed only under the lock of `Sessions::open`, so that a run ending
+    // and its last call ending cannot miss each other.
+    in_flight: AtomicUsize,
+    /// The run ended while a call was in flight: the last call to end closes the session.
+    ended: AtomicBool,
 }
 
 impl PerSessionProvider {
@@ -120,7 +130,7 @@ impl PerSessionProvider {
                 open: Mutex::new(HashMap::new()),
                 closed: Mutex::new(VecDeque::new()),
                 shutdown: CancellationToken::new(),
-                reaping: std::sync::atomic::AtomicBool::new(false),
+                reaping: AtomicBool::new(false),
             }),
         })
     }
@@ -153,18 +163,21 @@ impl Sessions {
     /// The run's provider, opened if need be, its in-flight count (already counting this
     /// call), and why the run's earlier connection was closed when this call opens a new one.
     fn session(
-        &self,
+        self: &Arc<Self>,
         run: &str,
     ) -> Result<(Arc<McpProvider>, InFlight, Option<Closed>), ToolError> {
         let mut open = self.lock();
         if let Some(session) = open.get_mut(run) {
             session.last_used = Instant::now();
-            return Ok((session.provider.clone(), InFlight::new(&session.in_flight), None));
+            // The run is back: its session is no longer to close with its last call.
+            session.calls.ended.store(false, Ordering::Release);
+            let in_flight = InFlight::new(self, run, &session.calls);
+            return Ok((session.provider.clone(), in_flight, None));
         }
         if open.len() >= self.max {
             let idlest = open
                 .iter()
-                .filter(|(_, s)| s.in_flight.load(Ordering::Acquire) == 0)
+                .filter(|(_, s)| s.calls.in_flight.load(Ordering::Acquire) == 0)
                 .min_by_key(|(_, s)| s.last_used)
                 .map(|(run, _)| run.clone());
             let Some(idlest) = idlest else {
@@ -188,10 +201,11 @@ impl Sessions {
         let session = Session {
             provider: Arc::new(provider),
             last_used: Instant::now(),
-            in_flight: Arc::new(AtomicUsize::new(0)),
+            calls: Arc::default(),
         };
         let earlier = self.forget_closed(run);
-        let handed = (session.provider.clone(), InFlight::new(&session.in_flight), earlier);
+        let in_flight = InFlight::new(self, run, &session.calls);
+        let handed = (session.provider.clone(), in_flight, earlier);
         tracing::debug!(server = %self.name, run, "opening a session");
         open.insert(Arc::from(run), session);
         Ok(handed)
@@ -220,7 +234,7 @@ impl Sessions {
         let stale: Vec<Arc<str>> = open
             .iter()
             .filter(|(_, s)| {
-                s.in_flight.load(Ordering::Acquire) == 0
+                s.calls.in_flight.load(Ordering::Acquire) == 0
                     && now.duration_since(s.last_used) >= self.idle
             })
             .map(|(run, _)| run.clone())
@@ -246,19 +260,39 @@ fn close(provider: Arc<McpProvider>) {
     }
 }
 
-/// Counts a call in flight until dropped.
-struct InFlight(Arc<AtomicUsize>);
+/// Counts a call of run `run` in flight until dropped; the last call of a run that ended
+/// meanwhile closes its session then.
+struct InFlight {
+    sessions: Weak<Sessions>,
+    run: Arc<str>,
+    calls: Arc<Calls>,
+}
 
 impl InFlight {
-    fn new(count: &Arc<AtomicUsize>) -> InFlight {
-        count.fetch_add(1, Ordering::AcqRel);
-        InFlight(count.clone())
+    /// Made under the lock of `Sessions::open` (see [`Calls`]).
+    fn new(sessions: &Arc<Sessions>, run: &str, calls: &Arc<Calls>) -> InFlight {
+        calls.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight { sessions: Arc::downgrade(sessions), run: Arc::from(run), calls: calls.clone() }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        let Some(sessions) = self.sessions.upgrade() else {
+            self.calls.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return;
+        };
+        let mut open = sessions.lock();
+        let last = self.calls.in_flight.fetch_sub(1, Ordering::AcqRel) == 1;
+        if !(last && self.calls.ended.load(Ordering::Acquire)) {
+            return;
+        }
+        // This run's session, not a new one the run got since.
+        let ours = open.get(&self.run).is_some_and(|s| Arc::ptr_eq(&s.calls, &self.calls));
+        if ours && let Some(session) = open.remove(&self.run) {
+            tracing::debug!(server = %sessions.name, run = %self.run, "closing an ended run's session after its last call");
+            close(session.provider);
+        }
     }
 }
 
@@ -294,12 +328,16 @@ impl ToolProvider for PerSessionProvider {
         self.inner.template.cache_partition(tool, ctx)
     }
 
-    /// The run's server goes with its session, unless a call of it still runs (the idle
-    /// reaper closes it then).
+    /// The run's server goes with its session, or with the last of its calls still
+    /// running.
     fn end_run(&self, run_id: &str) {
         let mut open = self.inner.lock();
-        let idle = open.get(run_id).is_some_and(|s| s.in_flight.load(Ordering::Acquire) == 0);
-        if idle && let Some(session) = open.remove(run_id) {
+        let Some(session) = open.get(run_id) else { return };
+        if session.calls.in_flight.load(Ordering::Acquire) > 0 {
+            session.calls.ended.store(true, Ordering::Release);
+            return;
+        }
+        if let Some(session) = open.remove(run_id) {
             tracing::debug!(server = %self.inner.name, run = run_id, "closing an ended run's session");
             close(session.provider);
         }

@@ -58,6 +58,40 @@ async fn an_ended_run_has_its_server_closed_at_once() {
     provider.shutdown().await.unwrap();
 }
 
+/// A run that ends while a call of it is in flight has its server closed when that call
+/// ends, not when it would have idled out (an hour here). (It was left to the idle
+/// reaper, so a gateway's client that closed its session mid-call kept its server
+/// process for `sessionIdleMs`.)
+#[tokio::test]
+async fn a_run_that_ends_during_a_call_has_its_server_closed_when_the_call_ends() {
+    let provider = std::sync::Arc::new(
+        PerSessionProvider::new("fx", fixture_stdio("ok"), 4, Duration::from_secs(3600)).unwrap(),
+    );
+    provider.warmup().await.unwrap();
+    let a = pid(&provider, "run-a").await;
+    let ctx = CallContext::new().with_run_id("run-a");
+    let cancel = ctx.cancel_token().clone();
+    let call = tokio::spawn({
+        let provider = provider.clone();
+        async move { provider.call("hang", json!({}), &ctx).await }
+    });
+    // The call takes its place in the run's session as soon as it runs.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    provider.end_run("run-a");
+    assert_eq!(provider.open_sessions(), ["run-a"], "closed under a call in flight");
+    cancel.cancel();
+    let ended = tokio::time::timeout(Duration::from_secs(10), call).await;
+    assert!(ended.expect("the call ends within 10 s").unwrap().is_err());
+    wait_for("the ended run's session closed", Duration::from_secs(10), || {
+        provider.open_sessions().is_empty()
+    })
+    .await;
+    wait_for("its process reaped", Duration::from_secs(10), || !alive(a)).await;
+    provider.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn idle_sessions_close_and_the_least_recently_used_makes_room() {
     let provider =
