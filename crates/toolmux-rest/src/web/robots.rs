@@ -125,6 +125,7 @@ impl Rules {
             path.push('?');
             path.push_str(query);
         }
+        let path = canonical(&path);
         let mut best: Option<&Rule> = None;
         for rule in self.rules.iter().filter(|r| matches(&r.pattern, &path)) {
             best = match best {
@@ -161,7 +162,38 @@ fn named(text: &str, token: &str) -> bool {
     })
 }
 
-/// `pattern` as URL paths are written: rooted, characters outside ASCII percent-encoded.
+/// `text` with its percent-escapes written one way, so that a rule and a path that mean
+/// the same match (RFC 9309 §2.2.2): an escaped unreserved character (`%70` for `p`)
+/// decoded, any other escape's hex digits in capitals (`%c3%a9` as `%C3%A9`).
+fn canonical(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    while let Some(offset) = text[at..].find('%') {
+        let percent = at + offset;
+        out.push_str(&text[at..percent]);
+        let hex =
+            bytes.get(percent + 1..percent + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit));
+        let Some(hex) = hex else {
+            out.push('%');
+            at = percent + 1;
+            continue;
+        };
+        let digit = |d: u8| (d as char).to_digit(16).unwrap_or(0) as u8;
+        let byte = digit(hex[0]) << 4 | digit(hex[1]);
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+        at = percent + 3;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+/// `pattern` as URL paths are written: rooted, characters outside ASCII percent-encoded,
+/// escapes written as [`canonical`] writes them.
 fn normalized(pattern: &str) -> String {
     let mut out = String::with_capacity(pattern.len() + 1);
     if !pattern.starts_with(['/', '*']) {
@@ -177,7 +209,7 @@ fn normalized(pattern: &str) -> String {
             }
         }
     }
-    out
+    canonical(&out)
 }
 
 /// Whether `pattern` matches the start of `path` (all of it with a final `$`); `*` matches
@@ -323,6 +355,15 @@ mod tests {
         assert_eq!(refused(&rules, "/caf%C3%A9/menu").as_deref(), Some("/caf%C3%A9"));
         assert_eq!(refused(&rules, "/x/tmp/y").as_deref(), Some("*tmp"));
         let all = Rules::parse("User-agent: *\nDisallow: /\n", "toolmux");
+        // Escapes of the same character match however they are written.
+        let escaped = Rules::parse(
+            "User-agent: *\nDisallow: /private/\nDisallow: /caf%c3%a9\nDisallow: /%7Euser\n",
+            "toolmux",
+        );
+        assert_eq!(refused(&escaped, "/%70rivate/x").as_deref(), Some("/private/"));
+        assert_eq!(refused(&escaped, "/caf%C3%A9").as_deref(), Some("/caf%C3%A9"));
+        assert_eq!(refused(&escaped, "/~user/home").as_deref(), Some("/~user"));
+        assert_eq!(refused(&escaped, "/caf%2Fe"), None);
         assert_eq!(refused(&all, "/robots.txt"), None, "robots.txt itself is always allowed");
         assert_eq!(refused(&all, "/").as_deref(), Some("/"));
     }
