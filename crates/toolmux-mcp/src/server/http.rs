@@ -11,10 +11,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -91,6 +90,7 @@ fn router_of(
             Arc::from(hosts.clone()),
         )
     });
+    let holders = sessions.clone();
     let mut service = axum::Router::new()
         .fallback_service(service)
         .layer(axum::middleware::from_fn_with_state(sessions, explain_refusals));
@@ -127,10 +127,8 @@ fn router_of(
     let health_access = access.clone();
     let keyless_access = access.clone();
     // Inside the key check (layers run outermost last added): the holder is known.
-    router = router.layer(axum::middleware::from_fn_with_state(
-        Arc::new(SessionHolders::default()),
-        keep_sessions_to_their_holder,
-    ));
+    router =
+        router.layer(axum::middleware::from_fn_with_state(holders, keep_sessions_to_their_holder));
     router = router.layer(axum::middleware::from_fn_with_state(access, check_key));
     // Added after the key check: probes carry no key.
     let mut router = router.route(
@@ -783,53 +781,28 @@ fn refuse(status: StatusCode, challenge: &str, why: &str) -> Response {
     response
 }
 
-/// The holder whose request made each MCP session (by `Mcp-Session-Id`), and when the
-/// session was last used.
-#[derive(Debug, Default)]
-struct SessionHolders(std::sync::Mutex<HashMap<String, (Arc<str>, Instant)>>);
-
-/// Sessions not used for this long are forgotten (rmcp ends idle sessions sooner).
-const SESSION_HOLDER_IDLE: Duration = Duration::from_secs(3600);
-
 /// A session belongs to the key holder that made it: another holder who presents its
 /// `Mcp-Session-Id` (to open its stream of server messages, or to end it with `DELETE`)
-/// is told there is no such session, as rmcp tells an unknown one.
+/// is told there is no such session, as rmcp tells an unknown one. The holder is recorded
+/// with the session ([`Sessions::hold`](super::sessions::Sessions::hold)) and goes when it
+/// ends, however it ends. A session another replica holds is not here: that replica checks
+/// the forwarded request's key again.
 async fn keep_sessions_to_their_holder(
-    State(sessions): State<Arc<SessionHolders>>,
+    State(sessions): State<Arc<super::sessions::Sessions>>,
     request: Request,
     next: Next,
 ) -> Response {
     let Some(holder) = request.extensions().get::<KeyHolder>().map(|h| h.0.clone()) else {
         return next.run(request).await;
     };
-    let presented =
-        request.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let deleting = request.method() == axum::http::Method::DELETE;
-    if let Some(id) = &presented {
-        let mut held = sessions.0.lock().unwrap_or_else(|e| e.into_inner());
-        match held.get_mut(id) {
-            Some((owner, _)) if *owner != holder => {
-                drop(held);
-                tracing::warn!(target: "toolmux::serve", holder = %holder, "a request named another key holder's MCP session; refused");
-                return session_not_found(serde_json::Value::Null);
-            }
-            Some((_, seen)) => *seen = Instant::now(),
-            None => {}
-        }
+    let presented = request.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok());
+    if presented.and_then(|id| sessions.holder(id)).is_some_and(|owner| owner != holder) {
+        tracing::warn!(target: "toolmux::serve", holder = %holder, "a request named another key holder's MCP session; refused");
+        return session_not_found(serde_json::Value::Null);
     }
     let response = next.run(request).await;
-    let mut held = sessions.0.lock().unwrap_or_else(|e| e.into_inner());
-    if deleting && response.status().is_success() {
-        if let Some(id) = &presented {
-            held.remove(id);
-        }
-    } else if let Some(made) = response.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok())
-    {
-        let now = Instant::now();
-        held.entry(made.to_owned()).or_insert((holder, now));
-        if held.len() > 1024 {
-            held.retain(|_, (_, seen)| now.duration_since(*seen) < SESSION_HOLDER_IDLE);
-        }
+    if let Some(made) = response.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok()) {
+        sessions.hold(made, holder);
     }
     response
 }
@@ -1089,6 +1062,79 @@ mod tests {
         // Keys given again: the check is left to them again.
         keys.replace(vec![ApiKey { name: "ci".into(), key: key.clone() }]);
         assert_eq!(initialize("gateway.example".into(), Some(&key)).await, 200);
+        shutdown.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(20), serving).await;
+    }
+
+    /// A session's key holder is kept with the session and goes with it: a holder making
+    /// many sessions, which end (deleted, or ended to make room), leaves only the live
+    /// ones' holders (the map beside them kept every one for an hour, and past 1024
+    /// entries only dropped those idle that long); another holder is still refused a
+    /// live session.
+    #[tokio::test]
+    async fn a_session_s_holder_goes_with_the_session() {
+        use toolmux_test_support::mock::MockProvider;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let (alice, bob) = ("a".repeat(32), "b".repeat(32));
+        let keys = super::super::ApiKeys::new(vec![
+            ApiKey { name: "alice".into(), key: alice.clone() },
+            ApiKey { name: "bob".into(), key: bob.clone() },
+        ]);
+        let options = super::super::ServeOptions { api_keys: keys, ..Default::default() };
+        let shared = Shared::new(Arc::new(MockProvider::new("mock")), options);
+        shared.naming();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let bound = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let sessions = super::super::sessions::Sessions::new(
+            Duration::from_secs(300),
+            2,
+            shutdown.child_token(),
+            None,
+        );
+        let router = router_of(shared, bound, shutdown.clone(), sessions.clone(), None);
+        let serving = tokio::spawn(run("test".into(), listener, router, shutdown.clone()));
+        let url = format!("http://{bound}{MCP_PATH}");
+        let client = reqwest::Client::new();
+        let send =
+            |method: reqwest::Method, key: &str, session: Option<&str>, body: serde_json::Value| {
+                let mut request = client
+                    .request(method, &url)
+                    .bearer_auth(key)
+                    .header(ACCEPT, "application/json, text/event-stream")
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body.to_string());
+                if let Some(session) = session {
+                    request = request.header(MCP_SESSION_ID, session);
+                }
+                async move {
+                    tokio::time::timeout(Duration::from_secs(20), request.send())
+                        .await
+                        .expect("an answer within 20 s")
+                        .expect("a response")
+                }
+            };
+        let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"}}});
+        let mut last = String::new();
+        for n in 0..12 {
+            let response = send(reqwest::Method::POST, &alice, None, initialize.clone()).await;
+            assert_eq!(response.status(), 200);
+            last = response.headers()[MCP_SESSION_ID].to_str().unwrap().to_owned();
+            let _ = response.text().await;
+            if n % 2 == 0 {
+                let deleted =
+                    send(reqwest::Method::DELETE, &alice, Some(&last), serde_json::json!({}));
+                assert!(deleted.await.status().is_success());
+            }
+        }
+        assert_eq!(sessions.held(), 2, "only the live sessions' holders are kept");
+        let ping = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+        let refused = send(reqwest::Method::POST, &bob, Some(&last), ping.clone()).await;
+        assert_eq!(refused.status(), 404);
+        let served = send(reqwest::Method::POST, &alice, Some(&last), ping).await;
+        assert_eq!(served.status(), 200);
         shutdown.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(20), serving).await;
     }

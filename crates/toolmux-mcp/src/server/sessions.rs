@@ -269,6 +269,9 @@ struct Usage {
     listener: u64,
     /// Cancelled when the session ends: its calls are cancelled (see [`SessionClosed`]).
     closed: CancellationToken,
+    /// The API key holder whose request made the session, over HTTP with keys: it goes
+    /// with the session, so nothing is kept of sessions that ended.
+    holder: Option<Arc<str>>,
 }
 
 impl Drop for Usage {
@@ -431,6 +434,28 @@ impl Sessions {
                  open its stream without `Last-Event-ID`"
             )
         })
+    }
+
+    /// Records `holder` as the key holder of session `id`, unless one is recorded already
+    /// or the session has ended.
+    pub(crate) fn hold(&self, id: &str, holder: Arc<str>) {
+        let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(usage) = usage.get_mut(id) {
+            usage.holder.get_or_insert(holder);
+        }
+    }
+
+    /// The key holder recorded for session `id` ([`Sessions::hold`]), while it lives.
+    pub(crate) fn holder(&self, id: &str) -> Option<Arc<str>> {
+        let usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        usage.get(id)?.holder.clone()
+    }
+
+    /// How many sessions have a key holder recorded.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        let usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        usage.values().filter(|usage| usage.holder.is_some()).count()
     }
 
     /// Notes a request of session `id`.
@@ -641,7 +666,7 @@ impl SessionManager for Sessions {
         self.make_room().await?;
         let (id, inner) = self.inner.create_session().await?;
         let closed = self.shutdown.child_token();
-        let usage = Usage { last: Instant::now(), open: 0, listener: 0, closed };
+        let usage = Usage { last: Instant::now(), open: 0, listener: 0, closed, holder: None };
         self.usage.lock().unwrap_or_else(|e| e.into_inner()).insert(id.clone(), usage);
         let transport = SessionTransport { inner, usage: self.usage.clone(), id: id.clone() };
         if let Some(registry) = &self.registry {
