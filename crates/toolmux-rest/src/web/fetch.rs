@@ -597,13 +597,21 @@ impl Fetched {
     /// encoding of the WHATWG Encoding Standard is read (Shift_JIS, GBK, EUC-KR,
     /// windows-1251, ...); `iso-8859-1` and `us-ascii` mean windows-1252, as for browsers.
     fn decoded(&self) -> String {
-        let label = crate::http::charset_of(&self.content_type)
-            .or_else(|| if self.is_html() { meta_charset(&self.body) } else { None });
-        let encoding = label
-            .and_then(|l| encoding_rs::Encoding::for_label(l.as_bytes()))
+        let of = |label: String| encoding_rs::Encoding::for_label(label.as_bytes());
+        let declared = crate::http::charset_of(&self.content_type).and_then(of);
+        let encoding = declared
+            .or_else(|| {
+                // UTF-16 named by a `<meta>` tag cannot be (the tag was read as ASCII): the
+                // HTML standard reads it as UTF-8, and x-user-defined as windows-1252.
+                let meta = meta_charset(&self.body).filter(|_| self.is_html()).and_then(of)?;
+                Some(if meta == encoding_rs::X_USER_DEFINED {
+                    encoding_rs::WINDOWS_1252
+                } else {
+                    meta.output_encoding()
+                })
+            })
             .unwrap_or(encoding_rs::UTF_8);
-        // `decode` lets a BOM override the label; UTF-16 named by a `<meta>` tag cannot be
-        // (the tag was read as ASCII), which the Encoding Standard settles as UTF-8.
+        // `decode` lets a BOM override the label.
         let (text, _, _) = encoding.decode(&self.body);
         text.into_owned()
     }
@@ -752,6 +760,15 @@ mod tests {
         assert_eq!(page("text/plain; charset=klingon", "é".as_bytes()), "é");
         // A `<meta>` charset only counts for HTML.
         assert_eq!(page("text/plain", b"<meta charset=gbk>"), "<meta charset=gbk>");
+        // A `<meta>` naming UTF-16 means UTF-8, and x-user-defined windows-1252.
+        assert_eq!(
+            page("text/html", "<meta charset=utf-16>é".as_bytes()),
+            "<meta charset=utf-16>é"
+        );
+        assert_eq!(
+            page("text/html", b"<meta charset=x-user-defined>\x80"),
+            "<meta charset=x-user-defined>€"
+        );
     }
 
     #[test]
