@@ -998,10 +998,6 @@ mod tests {
         assert_eq!(allowed_hosts(&loopback, unspecified, false).len(), 3);
     }
 
-    /// A session whose rmcp worker ended (while its handle is still in rmcp's table, as
-    /// when rmcp's keep-alive ended it, or during the drain after the worker quit) is not
-    /// found, as an unknown session is, so that its client starts another: rmcp answered
-    /// its requests 500. Nothing public ends a worker alone, so the test ends it through
     /// The sessions of a test's `/mcp`: the default limits, ended with `shutdown`.
     fn test_sessions(shutdown: &CancellationToken) -> Arc<super::super::sessions::Sessions> {
         super::super::sessions::Sessions::new(
@@ -1139,6 +1135,10 @@ mod tests {
         let _ = tokio::time::timeout(Duration::from_secs(20), serving).await;
     }
 
+    /// A session whose rmcp worker ended (while its handle is still in rmcp's table, as
+    /// when rmcp's keep-alive ended it, or during the drain after the worker quit) is not
+    /// found, as an unknown session is, so that its client starts another: rmcp answered
+    /// its requests 500. Nothing public ends a worker alone, so the test ends it through
     /// rmcp's handle of the session.
     #[tokio::test]
     async fn a_session_whose_worker_ended_is_not_found() {
