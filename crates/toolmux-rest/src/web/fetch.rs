@@ -45,10 +45,8 @@ impl Policy {
             // An IPv4-mapped IPv6 literal (`[::ffff:169.254.169.254]`) reaches the IPv4
             // address it carries, so it is named, and matched against the host lists, as
             // that address.
-            Some(v6) => v6
-                .parse::<Ipv6Addr>()
-                .ok()
-                .map(|ip| ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4)),
+            // So is a NAT64 one (`[64:ff9b::a00:5]`).
+            Some(v6) => v6.parse::<Ipv6Addr>().ok().map(|ip| unmapped(IpAddr::V6(ip))),
             None => host.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
         };
         let name = literal.map_or_else(|| host.to_owned(), |ip| ip.to_string());
@@ -81,12 +79,20 @@ fn address_of(pattern: &str) -> Option<IpAddr> {
     bare.parse::<IpAddr>().ok().map(unmapped)
 }
 
-/// `ip`, or the IPv4 address an IPv4-mapped IPv6 one carries (which is where it leads).
+/// `ip`, or the IPv4 address an IPv4-mapped or NAT64 (`64:ff9b::/96`) IPv6 one carries
+/// (which is where it leads).
 fn unmapped(ip: IpAddr) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().or_else(|| nat64(v6)).map_or(ip, IpAddr::V4),
         IpAddr::V4(_) => ip,
     }
+}
+
+/// The IPv4 address a well-known-prefix NAT64 address (`64:ff9b::/96`) carries.
+fn nat64(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    (s[..6] == [0x64, 0xff9b, 0, 0, 0, 0])
+        .then(|| Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8))
 }
 
 fn private_refusal(host: &str, addresses: &[IpAddr]) -> String {
@@ -108,14 +114,13 @@ pub(crate) fn is_public(ip: IpAddr) -> bool {
             if let Some(v4) = ip.to_ipv4_mapped() {
                 return is_public_v4(v4);
             }
-            let s = ip.segments();
             // NAT64 (64:ff9b::/96) carries an IPv4 address in its last 32 bits.
-            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-                let v4 =
-                    Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+            if let Some(v4) = nat64(ip) {
                 return is_public_v4(v4);
             }
+            let s = ip.segments();
             !(ip.is_unspecified()
+                || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1) // local-use NAT64 (RFC 8215)
                 || ip.is_loopback()
                 || ip.is_multicast()
                 || (s[0] & 0xfe00) == 0xfc00 // unique local
@@ -797,6 +802,7 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
             "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::808:808",
             "2001:db8::1",
             "::127.0.0.1",
         ] {
@@ -832,5 +838,6 @@ mod tests {
         assert!(refused("http://169.254.169.254/").unwrap().contains("deniedHosts"));
         assert!(refused("http://[::ffff:169.254.169.254]/").unwrap().contains("deniedHosts"));
         assert!(refused("http://[::ffff:a9fe:a9fe]/").unwrap().contains("deniedHosts"));
+        assert!(refused("http://[64:ff9b::a9fe:a9fe]/").unwrap().contains("deniedHosts"));
     }
 }
