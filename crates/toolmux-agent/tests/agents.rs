@@ -216,6 +216,22 @@ async fn start_agents_with(
 }
 
 /// The one model `model`, by its name.
+/// Runs agent `a` on `model` once under `config`, with `external` and a mock `echo` tool
+/// beside it, and checks that the run succeeded.
+async fn run_beside_echo(
+    config: OrchestratorConfig,
+    model: &Arc<ScriptedModel>,
+    external: toolmux_external::ExternalProvider,
+) {
+    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
+    let (agents, orchestrator) =
+        start_agents_with(config, one("a", agent("m")), only(model), providers).await;
+    let report = agents.run("a", "go", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
+    orchestrator.cleanup().await;
+}
+
 fn only(model: &Arc<ScriptedModel>) -> BTreeMap<String, Arc<dyn Model>> {
     BTreeMap::from([(model.name.clone(), model.clone() as Arc<dyn Model>)])
 }
@@ -497,13 +513,7 @@ async fn run_answered_later_with(
             })
             .report("success", "done"),
     );
-    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
-    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
-    let (agents, orchestrator) =
-        start_agents_with(orchestrator, one("a", agent("m")), only(&model), providers).await;
-    let report = agents.run("a", "go", &CallContext::new()).await.unwrap();
-    assert_eq!(report.status, AgentStatus::Success);
-    orchestrator.cleanup().await;
+    run_beside_echo(orchestrator, &model, external).await;
     model.requests()
 }
 
@@ -592,15 +602,9 @@ async fn results_over_the_size_cap_reach_the_model_over_turns_with(
             .calls(vec![("mock__echo", json!({"n": 2}))])
             .report("success", "done"),
     );
-    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
-    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
     let config = OrchestratorConfig { oversize, ..OrchestratorConfig::default() }
         .with_response_max_bytes(500);
-    let (agents, orchestrator) =
-        start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
-    let report = agents.run("a", "go", &CallContext::new()).await.unwrap();
-    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
-    orchestrator.cleanup().await;
+    run_beside_echo(config, &model, external).await;
     let requests = model.requests();
     assert_eq!(requests.len(), 5);
     let mut given = Vec::new();
@@ -633,14 +637,8 @@ async fn a_report_waits_for_the_results_still_to_come() {
         model = model.report("success", "done");
     }
     let model = Arc::new(model);
-    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
-    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
     let config = OrchestratorConfig::default().with_response_max_bytes(500);
-    let (agents, orchestrator) =
-        start_agents_with(config, one("a", agent("m")), only(&model), providers).await;
-    let report = agents.run("a", "go", &CallContext::new()).await.unwrap();
-    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
-    orchestrator.cleanup().await;
+    run_beside_echo(config, &model, external).await;
     let requests = model.requests();
     assert_eq!(requests.len(), 5);
     let said = format!("{:?}", requests[3].messages);
