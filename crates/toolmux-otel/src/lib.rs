@@ -133,9 +133,16 @@ impl Settings {
             headers.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
             headers.push((key.clone(), value.clone()));
         }
-        for (key, _) in &headers {
+        for (key, value) in &headers {
             if reqwest::header::HeaderName::from_bytes(key.as_bytes()).is_err() {
                 return Err(format!("header name `{key}` is not a valid HTTP header name"));
+            }
+            // The value is a secret more often than not, so the message names only the header.
+            if reqwest::header::HeaderValue::from_str(value).is_err() {
+                return Err(format!(
+                    "the value of header `{key}` is not a valid HTTP header value; write it \
+                     without line breaks or other control characters"
+                ));
             }
         }
         let mut resource = Vec::new();

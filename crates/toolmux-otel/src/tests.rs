@@ -410,4 +410,17 @@ fn settings_come_from_the_configuration_then_the_standard_variables() {
     config.headers.insert("bad header".into(), "x".into());
     expect!["header name `bad header` is not a valid HTTP header name"]
         .assert_eq(&refused(config, &no_env));
+    let broken_value = |name: &str| {
+        (name == "OTEL_EXPORTER_OTLP_HEADERS").then(|| "api-key=s3cret%0Aevil: 1".to_owned())
+    };
+    let refusal = refused(OtlpConfig::default(), &broken_value);
+    expect!["the value of header `api-key` is not a valid HTTP header value; write it without line breaks or other control characters"]
+        .assert_eq(&refusal);
+    assert!(!refusal.contains("s3cret"), "the refusal shows no header value");
+    let mut config = OtlpConfig::default();
+    config.headers.insert("Authorization".into(), "Bearer s3cret\r\n".into());
+    let refusal = refused(config, &no_env);
+    expect!["the value of header `Authorization` is not a valid HTTP header value; write it without line breaks or other control characters"]
+        .assert_eq(&refusal);
+    assert!(!refusal.contains("s3cret"), "the refusal shows no header value");
 }
