@@ -89,11 +89,11 @@ fn an_mcp_call_is_traced_with_the_secrets_of_its_arguments_redacted() {
     let arguments = format!(r#"{{"message":"token {SECRET}"}}"#);
     let run = project(true).run(&["tools", "call", "everything__echo", &arguments]);
     expect!["Echo: token [redacted]"].assert_eq(run.ok().trim());
-    // The size is the output's own, counted before the log redacts it.
+    // The size is the output's as the caller gets it: its secrets were redacted first.
     expect![[r#"
         DEBUG tool request → everything__echo
             parameters: {"message":"token [redacted]"}
-        DEBUG tool response ← everything__echo latency: Nms, output: 31 chars, status: ok"#]]
+        DEBUG tool response ← everything__echo latency: Nms, output: 22 chars, status: ok"#]]
     .assert_eq(&trace_lines(&run));
     assert!(!run.stderr.contains(SECRET), "{}", run.stderr);
     // traceMCP shows the MCP client's connections too.
