@@ -72,6 +72,37 @@ impl Policy {
     }
 }
 
+/// The host patterns in the form a URL's host takes: a name written in Unicode
+/// (`bücher.de`, `*.bücher.de`) in its ASCII form (`xn--bcher-kva.de`), since that is what
+/// [`Url::host_str`] gives and so what it is matched against; IP addresses as given.
+fn ascii_patterns(patterns: &[String]) -> Result<Vec<String>, String> {
+    patterns
+        .iter()
+        .map(|pattern| {
+            if address_of(pattern).is_some() {
+                return Ok(pattern.clone());
+            }
+            let (wildcard, bare) = match pattern.strip_prefix("*.") {
+                Some(bare) => ("*.", bare),
+                None => ("", pattern.as_str()),
+            };
+            let not_a_host = || {
+                format!(
+                    "web.fetch: host pattern `{pattern}` is not a host name, an IP address or `*.domain`"
+                )
+            };
+            if bare.is_empty() || bare.contains(['*', '/', ':', ' ']) {
+                return Err(not_a_host());
+            }
+            // The URL parser is the one requests go through, so the pattern is converted
+            // exactly as a URL's host is.
+            let parsed = Url::parse(&format!("http://{bare}/")).map_err(|_| not_a_host())?;
+            let ascii = parsed.host_str().ok_or_else(not_a_host)?;
+            Ok(format!("{wildcard}{ascii}"))
+        })
+        .collect()
+}
+
 /// The address a host pattern names when it is an IP literal (`169.254.169.254`, `::1`,
 /// `[::1]`), an IPv4-mapped IPv6 one as the IPv4 address it carries.
 fn address_of(pattern: &str) -> Option<IpAddr> {
@@ -237,21 +268,10 @@ const ROBOTS_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Fetcher {
     pub(crate) fn new(config: &FetchConfig) -> Result<Fetcher, String> {
-        for pattern in config.allowed_hosts.iter().chain(&config.denied_hosts) {
-            if address_of(pattern).is_some() {
-                continue;
-            }
-            let bare = pattern.strip_prefix("*.").unwrap_or(pattern);
-            if bare.is_empty() || bare.contains(['*', '/', ':', ' ']) {
-                return Err(format!(
-                    "web.fetch: host pattern `{pattern}` is not a host name, an IP address or `*.domain`"
-                ));
-            }
-        }
         let policy = Arc::new(Policy {
             allow_private: config.allow_private,
-            allowed_hosts: config.allowed_hosts.clone(),
-            denied_hosts: config.denied_hosts.clone(),
+            allowed_hosts: ascii_patterns(&config.allowed_hosts)?,
+            denied_hosts: ascii_patterns(&config.denied_hosts)?,
         });
         let max_redirects = config.max_redirects.unwrap_or(DEFAULT_MAX_REDIRECTS);
         let redirects = Arc::clone(&policy);
@@ -839,5 +859,32 @@ mod tests {
         assert!(refused("http://[::ffff:169.254.169.254]/").unwrap().contains("deniedHosts"));
         assert!(refused("http://[::ffff:a9fe:a9fe]/").unwrap().contains("deniedHosts"));
         assert!(refused("http://[64:ff9b::a9fe:a9fe]/").unwrap().contains("deniedHosts"));
+    }
+
+    #[test]
+    fn host_patterns_in_unicode_match_their_ascii_form() {
+        let fetcher = |allowed: &[&str], denied: &[&str]| {
+            Fetcher::new(&FetchConfig {
+                allowed_hosts: allowed.iter().map(|p| (*p).to_owned()).collect(),
+                denied_hosts: denied.iter().map(|p| (*p).to_owned()).collect(),
+                ..FetchConfig::default()
+            })
+            .unwrap()
+        };
+        let denied = fetcher(&[], &["bücher.de", "*.Straße.de"]);
+        let refused = |url: &str| denied.policy.refuses(&Url::parse(url).unwrap());
+        assert!(refused("https://bücher.de/x").unwrap().contains("deniedHosts"));
+        assert!(refused("https://xn--bcher-kva.de/x").unwrap().contains("deniedHosts"));
+        assert!(refused("https://www.straße.de/").unwrap().contains("deniedHosts"));
+        assert!(refused("https://example.de/").is_none());
+        let allowed = fetcher(&["bücher.de"], &[]);
+        let refused = |url: &str| allowed.policy.refuses(&Url::parse(url).unwrap());
+        assert!(refused("https://bücher.de/x").is_none());
+        assert!(refused("https://example.de/").unwrap().contains("allowedHosts"));
+        let bad = Fetcher::new(&FetchConfig {
+            denied_hosts: vec!["a%zz.de".into()],
+            ..FetchConfig::default()
+        });
+        assert!(bad.unwrap_err().contains("`a%zz.de`"));
     }
 }
