@@ -684,7 +684,8 @@ fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<RetryAfter> {
         && ms.is_finite()
         && ms >= 0.0
     {
-        return plain(Duration::try_from_secs_f64(ms / 1000.0).ok()?);
+        // Too large for a `Duration` is a wait too long, as for `Retry-After` below.
+        return plain(Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(Duration::MAX));
     }
     let value = headers.get(RETRY_AFTER).and_then(header_text)?;
     if let Ok(seconds) = value.parse::<f64>() {
@@ -793,6 +794,10 @@ mod tests {
         assert_eq!(wait("retry-after", "1e300"), Some(Duration::MAX));
         assert_eq!(wait("retry-after", "99999999999999999999999"), Some(Duration::MAX));
         assert_eq!(wait("retry-after-ms", "1500"), Some(Duration::from_millis(1500)));
+        // Milliseconds beyond any `Duration` are a wait too long like seconds are, not a
+        // header that says nothing (which returned no wait at all, `Retry-After` unread).
+        let overflowing = [("retry-after-ms", "1e300"), ("retry-after", "86400")];
+        assert_eq!(retry_after(&headers(&overflowing), now).map(|a| a.wait), Some(Duration::MAX));
         assert_eq!(wait("retry-after", "soon"), None);
         assert_eq!(wait("retry-after", "-1"), None);
         assert_eq!(retry_after(&HeaderMap::new(), now), None);
