@@ -106,11 +106,13 @@ impl fmt::Debug for Endpoint {
     }
 }
 
-/// `url` without a password or query, which may carry credentials.
+/// `url` without a user name, password or query, any of which may carry credentials (a
+/// token is often written as the user name: `https://sk-…@gateway/v1`).
 pub(crate) fn url_for_messages(url: &reqwest::Url) -> String {
     let mut shown = url.clone();
     // Both fail only for URLs that cannot have them, which then have none to hide.
     let _ = shown.set_password(None);
+    let _ = shown.set_username("");
     shown.set_query(None);
     shown.to_string()
 }
@@ -801,6 +803,17 @@ mod tests {
         assert_eq!(wait("retry-after", "soon"), None);
         assert_eq!(wait("retry-after", "-1"), None);
         assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn urls_in_messages_show_no_credentials() {
+        let shown = |url: &str| url_for_messages(&reqwest::Url::parse(url).expect("a URL"));
+        assert_eq!(shown("https://sk-live-XYZ@gateway.test/v1"), "https://gateway.test/v1");
+        assert_eq!(
+            shown("https://user:s3cret@gateway.test/v1/?api_key=s3cret"),
+            "https://gateway.test/v1/"
+        );
+        assert_eq!(shown("http://127.0.0.1:8080/v1"), "http://127.0.0.1:8080/v1");
     }
 
     #[test]
