@@ -369,6 +369,42 @@ async fn search_results_and_errors_are_redacted_and_answers_capped() {
     assert!(huge.contains("the search API's answer is longer than 4 MiB"), "{huge}");
 }
 
+/// A search that cannot connect says why (reqwest's own message only says a request
+/// failed); one the search API never answers ends at the call's deadline, well before the
+/// 30 s `timeoutMs`, as the tool's timeout.
+#[tokio::test]
+async fn search_errors_say_why_and_the_calls_deadline_holds() {
+    let closed = provider(json!({"search": {"apiKey": "k", "url": "http://127.0.0.1:9"}}));
+    let error = call(&closed, "search", json!({"query": "x"})).await.unwrap_err().report();
+    assert!(error.to_lowercase().contains("connection refused"), "{error}");
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let stalling = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let web = provider(json!({"search": {"apiKey": "k", "url": format!("http://{address}")}}));
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(300);
+    let ctx = CallContext::new().with_deadline(deadline);
+    let result = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        web.call("search", json!({"query": "x"}), &ctx),
+    )
+    .await
+    .expect("the search ends at the call's deadline, not at its own 30 s timeout");
+    match result {
+        Err(ToolError::Timeout { tool, after, .. }) => {
+            assert_eq!(tool, "web__search");
+            assert!(after <= std::time::Duration::from_millis(300), "{after:?}");
+        }
+        other => panic!("expected the tool's timeout, got {other:?}"),
+    }
+    stalling.abort();
+}
+
 #[test]
 fn settings_that_cannot_work_are_refused() {
     let bad = |config: Value| {

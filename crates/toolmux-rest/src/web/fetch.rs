@@ -3,7 +3,7 @@
 
 use super::html;
 use super::robots;
-use super::{FetchConfig, host_matches, text_argument};
+use super::{FetchConfig, host_matches, text_argument, with_causes};
 use futures::StreamExt as _;
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
@@ -548,14 +548,7 @@ fn request_error(tool: &str, url: &Url, error: &reqwest::Error) -> ToolError {
     if let Some(refused) = refused(error) {
         return ToolError::Denied { tool: tool.to_owned(), reason: refused.0.clone() };
     }
-    let mut message = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    ToolError::remote(tool, format!("GET {url} failed: {message}"))
+    ToolError::remote(tool, format!("GET {url} failed: {}", with_causes(error)))
 }
 
 fn origin(url: &Url) -> String {

@@ -270,7 +270,7 @@ impl ToolProvider for WebProvider {
                     fetcher.call(&full, &arguments, &self.secrets, ctx).await
                 }
                 ("search", _, Some(searcher)) => {
-                    searcher.call(&full, &arguments, &self.secrets).await
+                    searcher.call(&full, &arguments, &self.secrets, ctx).await
                 }
                 _ => Err(ToolError::UnknownTool {
                     name: name.to_owned(),
@@ -290,6 +290,19 @@ fn text_argument<'a>(tool: &str, arguments: &'a Value, key: &str) -> Result<&'a 
     arguments.get(key).and_then(Value::as_str).ok_or_else(|| {
         ToolError::invalid_arguments(tool, format!("`{key}` is missing or not a string"))
     })
+}
+
+/// An error's message followed by those of its causes, since reqwest's own says only
+/// "error sending request" and leaves why (connection refused, a TLS failure) to its chain.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
 }
 
 /// Whether `host` matches a pattern: `example.com` exactly, `*.example.com` its

@@ -1,13 +1,13 @@
 //! `web__search`: Tavily's search API (`POST {url}/search`, the key as a bearer token).
 
-use super::{SearchConfig, SearchProvider, text_argument};
+use super::{SearchConfig, SearchProvider, text_argument, with_causes};
 use crate::secrets::scrub;
 use futures::StreamExt as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::time::Duration;
-use toolmux_core::{ToolError, ToolOutput};
+use toolmux_core::{CallContext, ToolError, ToolOutput};
 
 const DEFAULT_URL: &str = "https://api.tavily.com";
 const DEFAULT_MAX_RESULTS: u32 = 5;
@@ -84,13 +84,15 @@ impl Searcher {
         })
     }
 
-    /// Searches for what `arguments` ask; `secrets` (the key among them) are kept out of
-    /// what it returns, an answer or an error, however the search API echoes them.
+    /// Searches for what `arguments` ask, within `timeoutMs` and the call's deadline;
+    /// `secrets` (the key among them) are kept out of what it returns, an answer or an
+    /// error, however the search API echoes them.
     pub(crate) async fn call(
         &self,
         tool: &str,
         arguments: &Value,
         secrets: &[String],
+        ctx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
         let query = text_argument(tool, arguments, "query")?.trim();
         if query.is_empty() {
@@ -114,38 +116,53 @@ impl Searcher {
                 body[key] = value.clone();
             }
         }
+        let mut limit = self.timeout;
+        if let Some(deadline) = ctx.deadline() {
+            limit = limit.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        }
+        let text = tokio::time::timeout(limit, self.post(tool, &body, secrets)).await.map_err(
+            |_| ToolError::Timeout { tool: tool.to_owned(), after: limit, idle: None },
+        )??;
+        let failed = |message: String| ToolError::remote(tool, message);
+        let mut answer: Answer = serde_json::from_str(&text).map_err(|e| {
+            failed(format!("the search API's answer is not what Tavily sends: {e}"))
+        })?;
+        answer.scrub(secrets);
+        Ok(render(query, &answer))
+    }
+
+    /// Sends `body` and reads the answer: its text when it is a success, else the error
+    /// saying what the search API answered.
+    async fn post(
+        &self,
+        tool: &str,
+        body: &Value,
+        secrets: &[String],
+    ) -> Result<String, ToolError> {
         let failed = |message: String| ToolError::remote(tool, message);
         let request = self
             .client
             .post(self.endpoint.clone())
             .bearer_auth(&self.api_key)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(serde_json::to_vec(&body).unwrap_or_default())
-            .timeout(self.timeout)
+            .body(serde_json::to_vec(body).unwrap_or_default())
             .send();
-        let response = match request.await {
-            Ok(response) => response,
-            Err(e) if e.is_timeout() => {
-                return Err(ToolError::Timeout {
-                    tool: tool.to_owned(),
-                    after: self.timeout,
-                    idle: None,
-                });
-            }
-            Err(e) => {
-                return Err(failed(format!(
-                    "the search API at {} cannot be reached: {}",
-                    self.endpoint.origin().ascii_serialization(),
-                    e.without_url()
-                )));
-            }
-        };
+        let response = request.await.map_err(|e| {
+            failed(format!(
+                "the search API at {} cannot be reached: {}",
+                self.endpoint.origin().ascii_serialization(),
+                scrub(&with_causes(&e.without_url()), secrets)
+            ))
+        })?;
         let status = response.status();
         let mut bytes = Vec::new();
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| {
-                failed(format!("the search API's answer could not be read: {}", e.without_url()))
+                failed(format!(
+                    "the search API's answer could not be read: {}",
+                    scrub(&with_causes(&e.without_url()), secrets)
+                ))
             })?;
             let room = MAX_ANSWER_BYTES - bytes.len();
             if chunk.len() > room {
@@ -180,11 +197,7 @@ impl Searcher {
                 }
             )));
         }
-        let mut answer: Answer = serde_json::from_str(&text).map_err(|e| {
-            failed(format!("the search API's answer is not what Tavily sends: {e}"))
-        })?;
-        answer.scrub(secrets);
-        Ok(render(query, &answer))
+        Ok(text.into_owned())
     }
 }
 
