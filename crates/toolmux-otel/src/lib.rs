@@ -425,6 +425,7 @@ impl Sender {
     fn failed(&self, url: &str, why: &str) {
         self.counts.failures.fetch_add(1, Ordering::Relaxed);
         if !self.counts.failing.swap(true, Ordering::Relaxed) {
+            let url = url_for_logs(url);
             tracing::warn!(
                 "OpenTelemetry export to {url} failed ({why}); what cannot be sent is dropped \
                  until it works again"
@@ -434,9 +435,24 @@ impl Sender {
 
     fn recovered(&self, url: &str) {
         if self.counts.failing.swap(false, Ordering::Relaxed) {
+            let url = url_for_logs(url);
             tracing::warn!("OpenTelemetry export to {url} works again");
         }
     }
+}
+
+/// The collector's `url` without user info or query, either of which may carry a key, for
+/// the log.
+fn url_for_logs(url: &str) -> String {
+    let Ok(mut shown) = reqwest::Url::parse(url) else {
+        // Not reached: the address was built from an endpoint checked to parse.
+        return "the collector".to_owned();
+    };
+    // Both fail only for URLs that cannot have user info, which then have none to hide.
+    let _ = shown.set_password(None);
+    let _ = shown.set_username("");
+    shown.set_query(None);
+    shown.to_string()
 }
 
 /// reqwest's error text without its `for url (…)` part, which could carry a query.

@@ -424,3 +424,32 @@ fn settings_come_from_the_configuration_then_the_standard_variables() {
         .assert_eq(&refusal);
     assert!(!refusal.contains("s3cret"), "the refusal shows no header value");
 }
+
+/// The collector's address can carry a key in its user info or query; the warnings show it
+/// without them.
+#[test]
+fn the_collectors_address_is_logged_without_credentials() {
+    // As `Exporter::start` does before it builds its client.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let sender = Sender {
+        client: reqwest::Client::new(),
+        settings: Arc::new(settings("http://localhost:4318", |_| {})),
+        counts: Arc::default(),
+    };
+    let url = "https://user:s3cret@collector.test:4318/v1/traces?api_key=s3cret";
+    let ((), lines) = toolmux_test_support::logs::captured_logs(|| {
+        sender.failed(url, "the collector answered 503 Service Unavailable");
+        sender.recovered(url);
+    });
+    expect![[r#"
+        [
+            "WARN message=OpenTelemetry export to https://collector.test:4318/v1/traces failed (the collector answered 503 Service Unavailable); what cannot be sent is dropped until it works again",
+            "WARN message=OpenTelemetry export to https://collector.test:4318/v1/traces works again",
+        ]
+    "#]]
+    .assert_debug_eq(&lines);
+    assert_eq!(
+        url_for_logs("https://t0ken@collector.test/v1/metrics"),
+        "https://collector.test/v1/metrics"
+    );
+}
