@@ -188,12 +188,14 @@ fn rust_log_alone_decides_without_trace_mcp() {
 #[test]
 fn trace_mcp_keeps_the_trace_lines_of_vvv() {
     // A server that sends a notification no client knows before each answer: toolmux logs
-    // it at trace level.
+    // it at trace level. The answer comes 300 ms later: the client handles a notification
+    // on a task of its own, which a call answered at once could outrun to the exit.
     let pinging = line_server(&serde_json::json!({
         "name": "pinging",
         "tools": [{"name": "ping", "inputSchema": {"type": "object"}}],
         "notify": "notifications/custom-ping",
         "text": "pong",
+        "sleep": 0.3,
     }));
     for trace_mcp in [false, true] {
         let project = Project::new();
