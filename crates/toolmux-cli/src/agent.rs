@@ -180,6 +180,55 @@ fn print_answer(report: &AgentReport, shown: &str) {
     }
 }
 
+/// Tells on stderr of the results of asynchronous calls that arrived and that the agent
+/// did not read before its run ended ([`AgentReport::unread_results`]): one line each, with
+/// the tool, the call's id and the start of its result. They are nowhere else (the inbox
+/// gives each once), so a person who sees only the answer must be told; `--json` gives
+/// them whole. The report's results are redacted already.
+fn print_unread(report: &AgentReport) {
+    let count = report.unread_results.len();
+    if count == 0 {
+        return;
+    }
+    eprintln!(
+        "{} arrived that agent `{}` did not read before its run ended (`--json` shows {}):",
+        if count == 1 { "1 result".to_owned() } else { format!("{count} results") },
+        report.agent,
+        if count == 1 { "it whole" } else { "them whole" },
+    );
+    for result in &report.unread_results {
+        let text = |key: &str| result.get(key).and_then(serde_json::Value::as_str).unwrap_or("?");
+        let output = match result.get("result") {
+            Some(serde_json::Value::String(text)) => text.clone(),
+            Some(other) => other.to_string(),
+            None => String::new(),
+        };
+        let failed = result.get("isError").and_then(serde_json::Value::as_bool) == Some(true);
+        let line = format!(
+            "  {} (call {}){}: {}",
+            text("tool"),
+            text("callId"),
+            if failed { ", failed" } else { "" },
+            preview(&output, UNREAD_PREVIEW_CHARS)
+        );
+        eprintln!("{}", crate::commands::for_stderr(&line));
+    }
+}
+
+/// How many characters of an unread result [`print_unread`] shows.
+const UNREAD_PREVIEW_CHARS: usize = 80;
+
+/// The start of `text` on one line: its whitespace runs (line breaks too) as one space, cut
+/// after `chars` characters (never inside one) with `...` when there was more.
+fn preview(text: &str, chars: usize) -> String {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let one_line = words.join(" ");
+    match one_line.char_indices().nth(chars) {
+        Some((cut, _)) => format!("{}...", one_line[..cut].trim_end()),
+        None => one_line,
+    }
+}
+
 pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
     if !configured(loaded, &args.name, args.json) {
         return Ok(exit::CONFIG);
@@ -519,6 +568,7 @@ impl Ended<'_> {
             print(&serde_json::to_string_pretty(report)?);
         } else if !paused {
             print_answer(report, &shown);
+            print_unread(report);
             eprintln!("agent `{}`: {}", report.agent, summary(report));
         }
         if paused {
@@ -659,6 +709,7 @@ pub(crate) async fn listen(loaded: &Loaded, args: ListenArgs) -> anyhow::Result<
             }
         } else {
             print(report.content.trim_end());
+            print_unread(report);
             eprintln!("agent `{}`, cycle {cycle}: {}", report.agent, summary(report));
         }
     };
@@ -746,6 +797,7 @@ pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> 
         };
         let shown = screen.end();
         print_answer(&report, &shown);
+        print_unread(&report);
         last_failed = report.status == AgentStatus::Failure;
         if last_failed {
             eprintln!("agent `{}`: {}", report.agent, summary(&report));

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{BufRead as _, Read as _, Write as _};
 use std::process::{Child, ChildStdin, Stdio};
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
@@ -500,4 +501,72 @@ fn the_configured_bound_on_agents_holds() {
     let checked = project.run(&["config", "check"]);
     assert_eq!(checked.code, 2, "{checked:?}");
     assert!(checked.stderr.contains("spaces.maxAgents must be at least 1"), "{checked:?}");
+}
+
+/// Results of asynchronous calls that arrived and that the agent did not read before its
+/// run ended are told on stderr after the answer, one line each (tool, call, the start of
+/// the result cut at a character), where before a person saw only the answer: the run's
+/// second turn has both builds answered from another process (each filling most of the
+/// 1000-byte cap, so one reaches the model a turn), and its third, the last, reports.
+#[test]
+fn results_an_agent_did_not_read_are_told_after_its_answer() {
+    let project = Arc::new(Project::new().env("LLM_KEY", "sk-test-5"));
+    let answering = project.clone();
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::ToolCalls(vec![
+                ("external__build".into(), json!({"target": 1})),
+                ("external__build".into(), json!({"target": 2})),
+            ]),
+            ScriptStep::callback(move |_| {
+                let listed = answering.run(&["tools", "call", "external__pending", "{}", "--json"]);
+                let envelope: Value = serde_json::from_str(listed.ok()).expect("JSON");
+                let calls: Value = match &envelope["result"] {
+                    Value::String(text) => serde_json::from_str(text).expect("calls"),
+                    other => other.clone(),
+                };
+                for call in calls["calls"].as_array().expect("calls") {
+                    let target = &call["arguments"]["target"];
+                    let result = format!("bâtiment {target} prêt ").repeat(40);
+                    let answer = json!({"callId": call["callId"], "result": result}).to_string();
+                    let submitted = answering.run(&["tools", "call", "external__submit", &answer]);
+                    assert!(submitted.ok().contains("inbox"), "{submitted:?}");
+                }
+                ScriptStep::tool_call("fs__ls", json!({}))
+            }),
+            ScriptStep::tool_call(
+                "agent__final_report",
+                json!({"status": "success", "content": "both built"}),
+            ),
+        ],
+    );
+    project.file("notes.md", "x\n").file(
+        "toolmux.yaml",
+        &format!(
+            "{CONFIG}fs: {{}}\ndefaults:\n  toolResponseMaxBytes: 1000\n\
+             models:\n  fast:\n    type: openai\n    model: m\n    baseUrl: {}\n    apiKey: ${{LLM_KEY}}\n    maxRetries: 0\n\
+             agents:\n  builder:\n    model: fast\n    description: Builds\n    maxTurns: 3\n    tools: ['external__*', 'fs__*']\n",
+            server.base_url()
+        ),
+    );
+    let run = project.run(&["agent", "run", "builder", "build both"]);
+    assert_eq!(run.ok().trim(), "both built");
+    let told: Vec<&str> = run.stderr.lines().collect();
+    let at = told
+        .iter()
+        .position(|line| {
+            line.starts_with(
+                "1 result arrived that agent `builder` did not read before its run ended",
+            )
+        })
+        .unwrap_or_else(|| panic!("not told: {}", run.stderr));
+    let line = told[at + 1];
+    assert!(line.starts_with("  external__build (call "), "{line}");
+    // The result unread is either build's, whichever the inbox gave second.
+    let cut =
+        |target: u32| format!("{}...", format!("bâtiment {target} prêt ").repeat(5).trim_end());
+    let preview = line.split_once("): ").expect("a preview").1;
+    assert!(preview == cut(1) || preview == cut(2), "{line}");
+    assert!(told[at + 2].starts_with("agent `builder`: success"), "{}", run.stderr);
 }
