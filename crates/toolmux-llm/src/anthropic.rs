@@ -12,6 +12,7 @@ use crate::{
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
 use tokio_util::sync::CancellationToken;
 use toolmux_core::schema::{SchemaRules, adapt};
 use toolmux_core::sse::Event;
@@ -94,8 +95,16 @@ impl AnthropicModel {
         let mut paused: Vec<Value> = Vec::new();
         let mut usage = Usage::default();
         let mut continuations = 0;
+        // Each part's deltas go to the caller as one answer's (see `StreamedParts`).
+        let parts = on_delta.map(StreamedParts::new);
+        let relay = |delta: ModelDelta<'_>| {
+            if let Some(parts) = &parts {
+                parts.pass(delta);
+            }
+        };
+        let part_sink = parts.as_ref().map(|_| &relay as DeltaSink<'_>);
         loop {
-            let mut part = match self.ask(body.clone(), cancel, on_delta).await {
+            let mut part = match self.ask(body.clone(), cancel, part_sink).await {
                 Ok(part) => part,
                 Err(error) => return Err(error.with_earlier_usage(usage)),
             };
@@ -134,6 +143,9 @@ impl AnthropicModel {
             tracing::debug!(model = %self.endpoint.name, continuations, "the API paused the turn; continuing it");
             paused.extend(blocks);
             body["messages"] = continuation(&asked, &paused);
+            if let Some(parts) = &parts {
+                parts.next_part(part.tool_calls.len());
+            }
         }
     }
 
@@ -166,6 +178,108 @@ impl AnthropicModel {
                     *usage = estimated_usage(sent, 0);
                 }
                 Err(error)
+            }
+        }
+    }
+}
+
+/// The deltas of a turn continued after pauses, passed on to the caller's sink as those of
+/// one answer: each part's calls numbered after the calls of the parts before it, and a
+/// part's [`ModelDelta::Restart`] (its request tried again) followed by the deltas of the
+/// parts before it once more, since a restart voids everything the caller received while
+/// the answer still holds what those parts gave.
+struct StreamedParts<'a> {
+    sink: DeltaSink<'a>,
+    state: Mutex<PartsState>,
+}
+
+#[derive(Debug, Default)]
+struct PartsState {
+    /// The deltas passed on since the last restart, those of the earlier parts first, with
+    /// consecutive text and consecutive fragments of one call's arguments joined.
+    sent: Vec<SentDelta>,
+    /// Where the current part's deltas begin in `sent`.
+    // Invariant: at most `sent.len()`.
+    current: usize,
+    /// The calls of the earlier parts, which the current part's are numbered after.
+    earlier_calls: usize,
+}
+
+/// A delta passed on, owned, to be passed on again after a restart.
+#[derive(Debug)]
+enum SentDelta {
+    Text(String),
+    ToolCall { index: usize, id: String, name: String },
+    ToolArguments { index: usize, fragment: String },
+}
+
+impl<'a> StreamedParts<'a> {
+    fn new(sink: DeltaSink<'a>) -> Self {
+        StreamedParts { sink, state: Mutex::default() }
+    }
+
+    /// Passes `delta` of the current part on, numbering its call after the earlier parts'.
+    fn pass(&self, delta: ModelDelta<'_>) {
+        // The lock is held while the sink runs, which cannot call back into this.
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let offset = state.earlier_calls;
+        let current = state.current;
+        let in_part = state.sent.len() > current;
+        match delta {
+            ModelDelta::Restart => {
+                state.sent.truncate(current);
+                (self.sink)(ModelDelta::Restart);
+                for sent in &state.sent {
+                    (self.sink)(sent.as_delta());
+                }
+            }
+            ModelDelta::Text(text) => {
+                match state.sent.last_mut() {
+                    Some(SentDelta::Text(joined)) if in_part => joined.push_str(text),
+                    _ => state.sent.push(SentDelta::Text(text.to_owned())),
+                }
+                (self.sink)(delta);
+            }
+            ModelDelta::ToolCall { index, id, name } => {
+                let index = index.saturating_add(offset);
+                let (id, name) = (id.to_owned(), name.to_owned());
+                (self.sink)(ModelDelta::ToolCall { index, id: &id, name: &name });
+                state.sent.push(SentDelta::ToolCall { index, id, name });
+            }
+            ModelDelta::ToolArguments { index, fragment } => {
+                let index = index.saturating_add(offset);
+                match state.sent.last_mut() {
+                    Some(SentDelta::ToolArguments { index: last, fragment: joined })
+                        if in_part && *last == index =>
+                    {
+                        joined.push_str(fragment);
+                    }
+                    _ => state
+                        .sent
+                        .push(SentDelta::ToolArguments { index, fragment: fragment.to_owned() }),
+                }
+                (self.sink)(ModelDelta::ToolArguments { index, fragment });
+            }
+        }
+    }
+
+    /// Ends the current part, which made `calls` calls; the next part's deltas follow.
+    fn next_part(&self, calls: usize) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.earlier_calls = state.earlier_calls.saturating_add(calls);
+        state.current = state.sent.len();
+    }
+}
+
+impl SentDelta {
+    fn as_delta(&self) -> ModelDelta<'_> {
+        match self {
+            SentDelta::Text(text) => ModelDelta::Text(text),
+            SentDelta::ToolCall { index, id, name } => {
+                ModelDelta::ToolCall { index: *index, id, name }
+            }
+            SentDelta::ToolArguments { index, fragment } => {
+                ModelDelta::ToolArguments { index: *index, fragment }
             }
         }
     }

@@ -2,6 +2,7 @@
 //! API documents: the paused content goes back unchanged, and the answer is the whole turn,
 //! its blocks kept for that API alone.
 
+use super::streaming::{Recorder, Seen};
 use super::*;
 use toolmux_llm::{MAX_CONTINUATIONS, StopReason, Usage};
 
@@ -113,25 +114,61 @@ async fn a_turn_paused_past_the_limit_fails_with_the_tokens_of_every_request() {
     assert_eq!(last["content"].as_array().unwrap().len(), MAX_CONTINUATIONS as usize);
 }
 
+/// A streamed message's first event, with `input` tokens.
+fn start(input: u64) -> Value {
+    json!({"type": "message_start", "message": {"model": "claude-x", "content": [],
+           "usage": {"input_tokens": input, "output_tokens": 0}}})
+}
+
+/// A streamed message's last events: it stops for `reason` after `output` tokens.
+fn stop(reason: &str, output: u64) -> [Value; 2] {
+    [
+        json!({"type": "message_delta", "delta": {"stop_reason": reason},
+               "usage": {"output_tokens": output}}),
+        json!({"type": "message_stop"}),
+    ]
+}
+
+/// The events of text block `index` saying `text`.
+fn text_block(index: u64, text: &str) -> [Value; 3] {
+    [
+        json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": index}),
+    ]
+}
+
+/// The events of block `index` calling tool `name` as `id` with `input`, in two pieces.
+fn call_block(index: u64, id: &str, name: &str, input: &Value) -> [Value; 4] {
+    let input = input.to_string();
+    let (head, tail) = input.split_at(input.len() / 2);
+    let piece = |json: &str| {
+        json!({"type": "content_block_delta", "index": index,
+               "delta": {"type": "input_json_delta", "partial_json": json}})
+    };
+    [
+        json!({"type": "content_block_start", "index": index, "content_block":
+               {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+        piece(head),
+        piece(tail),
+        json!({"type": "content_block_stop", "index": index}),
+    ]
+}
+
+/// An error inside a stream that the client tries again.
+fn overloaded() -> Value {
+    json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+}
+
 /// Streamed, the paused turn's blocks are put together from their events (a server tool's
 /// input in pieces, a result whole, text with its citations) and go back as the API would
 /// have sent them whole; the deltas carry both parts' text.
 #[tokio::test]
 async fn a_streamed_paused_turn_is_continued_with_its_blocks_whole() {
-    let start = |input: u64| {
-        json!({"type": "message_start", "message": {"model": "claude-x", "content": [],
-               "usage": {"input_tokens": input, "output_tokens": 0}}})
-    };
-    let stop = |reason: &str, output: u64| {
-        json!({"type": "message_delta", "delta": {"stop_reason": reason},
-               "usage": {"output_tokens": output}})
-    };
     let blocks = paused_blocks();
-    let paused = vec![
-        start(100),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me search."}}),
-        json!({"type": "content_block_stop", "index": 0}),
+    let mut paused = vec![start(100)];
+    paused.extend(text_block(0, "Let me search."));
+    paused.extend([
         json!({"type": "content_block_start", "index": 1, "content_block":
                {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search", "input": {}}}),
         json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"query\": \"tool"}}),
@@ -139,19 +176,17 @@ async fn a_streamed_paused_turn_is_continued_with_its_blocks_whole() {
         json!({"type": "content_block_stop", "index": 1}),
         json!({"type": "content_block_start", "index": 2, "content_block": blocks[2]}),
         json!({"type": "content_block_stop", "index": 2}),
-        stop("pause_turn", 20),
-        json!({"type": "message_stop"}),
-    ];
+    ]);
+    paused.extend(stop("pause_turn", 20));
     let cited = &final_blocks()[0];
-    let done = vec![
+    let mut done = vec![
         start(300),
         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": cited["citations"][0]}}),
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": cited["text"]}}),
         json!({"type": "content_block_stop", "index": 0}),
-        stop("end_turn", 30),
-        json!({"type": "message_stop"}),
     ];
+    done.extend(stop("end_turn", 30));
     let (base, bodies) = sse_script_server(vec![paused, done]).await;
     let model = toolmux_llm::connect("scripted", &config(Dialect::Anthropic, base)).unwrap();
     let texts = std::sync::Mutex::new(String::new());
@@ -170,4 +205,91 @@ async fn a_streamed_paused_turn_is_continued_with_its_blocks_whole() {
     assert_eq!(*texts.lock().unwrap(), "Let me search.It was released in May.");
     assert_eq!((answer.usage.input_tokens, answer.usage.output_tokens), (400, 50));
     assert_eq!(answer.blocks.unwrap().blocks.last(), Some(cited));
+}
+
+/// A continuation's request tried again (its stream reported an error after some text)
+/// voids only what that continuation streamed: after the restart the deltas give the
+/// earlier part's text again, so that what they add up to is the whole turn's text, where
+/// before the first part's text was lost to whoever followed the stream.
+#[tokio::test]
+async fn a_restart_in_a_continuation_keeps_what_the_earlier_part_streamed() {
+    let mut paused = vec![start(100)];
+    paused.extend(text_block(0, "Let me search."));
+    paused.extend(stop("pause_turn", 20));
+    let mut broken = vec![start(300)];
+    broken.extend(text_block(0, "It was").into_iter().take(2));
+    broken.push(overloaded());
+    let mut done = vec![start(300)];
+    done.extend(text_block(0, "It was released in May."));
+    done.extend(stop("end_turn", 30));
+    let (base, bodies) = sse_script_server(vec![paused, broken, done]).await;
+    let model = toolmux_llm::connect("scripted", &config(Dialect::Anthropic, base)).unwrap();
+    let recorder = Recorder::default();
+    let answer = model
+        .complete_streaming(&hello(), &CancellationToken::new(), &|d| recorder.take(d))
+        .await
+        .unwrap();
+    assert_eq!(bodies.lock().unwrap().len(), 3, "one continuation, tried twice");
+    assert_eq!(answer.content, "Let me search.\nIt was released in May.");
+    let seen = recorder.seen();
+    assert_eq!(seen.iter().filter(|s| **s == Seen::Restart).count(), 1, "{seen:?}");
+    assert_eq!(recorder.text(), "Let me search.It was released in May.", "{seen:?}");
+}
+
+/// The calls of a continued turn are numbered in the deltas as in the answer: the second
+/// part's first call is call 1, after the first part's, where it was call 0 again; after a
+/// restart in the second part, the first part's call is given again with its arguments.
+#[tokio::test]
+async fn the_calls_of_a_continued_turn_are_numbered_after_the_earlier_parts() {
+    let (read, stat) = (json!({"path": "README.md"}), json!({"path": "src"}));
+    let mut paused = vec![start(100)];
+    paused.extend(call_block(0, "toolu_a", "fs__read", &read));
+    paused.extend(stop("pause_turn", 20));
+    let mut broken = vec![start(300)];
+    broken.extend(call_block(0, "toolu_b", "fs__stat", &stat).into_iter().take(2));
+    broken.push(overloaded());
+    let mut done = vec![start(300)];
+    done.extend(call_block(0, "toolu_b", "fs__stat", &stat));
+    done.extend(stop("tool_use", 30));
+    let (base, bodies) = sse_script_server(vec![paused, broken, done]).await;
+    let model = toolmux_llm::connect("scripted", &config(Dialect::Anthropic, base)).unwrap();
+    let recorder = Recorder::default();
+    let answer = model
+        .complete_streaming(&hello(), &CancellationToken::new(), &|d| recorder.take(d))
+        .await
+        .unwrap();
+    assert_eq!(bodies.lock().unwrap().len(), 3, "one continuation, tried twice");
+    let ids: Vec<&str> = answer.tool_calls.iter().map(|call| call.id.as_str()).collect();
+    assert_eq!(ids, ["toolu_a", "toolu_b"]);
+    assert_eq!(answer.stop, StopReason::ToolUse);
+    let seen = recorder.seen();
+    // Tried or not, the second part's call is call 1.
+    for delta in &seen {
+        if let Seen::Call(index, id, _) = delta {
+            assert_eq!(*index, usize::from(id == "toolu_b"), "{seen:?}");
+        }
+    }
+    let restart = seen.iter().rposition(|s| *s == Seen::Restart).expect("a restart");
+    let calls: Vec<&Seen> =
+        seen[restart..].iter().filter(|s| matches!(s, Seen::Call(..))).collect();
+    assert_eq!(
+        calls,
+        [
+            &Seen::Call(0, "toolu_a".into(), "fs__read".into()),
+            &Seen::Call(1, "toolu_b".into(), "fs__stat".into()),
+        ],
+        "{seen:?}"
+    );
+    // Each call's arguments as the deltas since the restart add them up.
+    let arguments = |index: usize| -> String {
+        seen[restart..]
+            .iter()
+            .filter_map(|s| match s {
+                Seen::Arguments(i, fragment) if *i == index => Some(fragment.as_str()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(serde_json::from_str::<Value>(&arguments(0)).unwrap(), read, "{seen:?}");
+    assert_eq!(serde_json::from_str::<Value>(&arguments(1)).unwrap(), stat, "{seen:?}");
 }

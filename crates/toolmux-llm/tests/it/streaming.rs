@@ -10,7 +10,7 @@ use toolmux_llm::{ModelDelta, StopReason};
 
 /// A delta as received, owned.
 #[derive(Debug, Clone, PartialEq)]
-enum Seen {
+pub(super) enum Seen {
     Text(String),
     Call(usize, String, String),
     Arguments(usize, String),
@@ -19,12 +19,12 @@ enum Seen {
 
 /// Records every delta of a completion.
 #[derive(Default)]
-struct Recorder {
+pub(super) struct Recorder {
     seen: Mutex<Vec<Seen>>,
 }
 
 impl Recorder {
-    fn take(&self, delta: ModelDelta<'_>) {
+    pub(super) fn take(&self, delta: ModelDelta<'_>) {
         let seen = match delta {
             ModelDelta::Text(text) => Seen::Text(text.to_owned()),
             ModelDelta::ToolCall { index, id, name } => {
@@ -39,12 +39,12 @@ impl Recorder {
         self.seen.lock().unwrap().push(seen);
     }
 
-    fn seen(&self) -> Vec<Seen> {
+    pub(super) fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 
     /// The text the deltas add up to, after the last restart.
-    fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         let seen = self.seen();
         let start = seen.iter().rposition(|s| *s == Seen::Restart).map_or(0, |i| i + 1);
         seen[start..]
@@ -57,7 +57,7 @@ impl Recorder {
     }
 
     /// Call `index`'s arguments as the deltas add them up.
-    fn arguments(&self, index: usize) -> String {
+    pub(super) fn arguments(&self, index: usize) -> String {
         self.seen()
             .iter()
             .filter_map(|s| match s {
