@@ -482,6 +482,9 @@ impl Agents {
             // is the agent's that paused).
             let history: &[toolmux_llm::Message] =
                 if resumed_run && !path.is_empty() { &[] } else { &options.history };
+            // What the agents before it took from the inbox and did not read is the next
+            // one's to read: the run's inbox is its too.
+            let handed_results = std::mem::take(&mut totals.unread_results);
             let session = Session {
                 name: &current,
                 config,
@@ -504,6 +507,7 @@ impl Agents {
                 sub_figures: &self.inner.sub_figures,
                 resume: resume.take(),
                 handed: session::Spent { turns: totals.turns, tokens: totals.usage.total() },
+                handed_results: &handed_results,
             };
             tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");
             let resuming = session.resume.is_some();
@@ -519,10 +523,6 @@ impl Agents {
                     report.tool_calls += totals.tool_calls;
                     report.refused_calls += totals.refused_calls;
                     report.usage += totals.usage;
-                    // What the agents before it took from the inbox and did not read.
-                    let unread = std::mem::take(&mut report.unread_results);
-                    report.unread_results = std::mem::take(&mut totals.unread_results);
-                    report.unread_results.extend(unread);
                     if !path.is_empty() {
                         path.push(current.clone());
                         report.handoffs = path;

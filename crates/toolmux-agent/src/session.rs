@@ -128,6 +128,9 @@ pub(crate) struct Session<'a> {
     /// What the run spent before this session, in the agents that handed the task on to
     /// it: its `maxTurns` and `tokenBudget` count it.
     pub(crate) handed: Spent,
+    /// Results the agents that handed the task on took from the run's inbox and did not
+    /// read: given to this one's model, one portion a turn, as its own would be.
+    pub(crate) handed_results: &'a [Value],
 }
 
 /// The turns and tokens a run spent.
@@ -372,8 +375,16 @@ impl Session<'_> {
             // A conversation that goes on (a resumed run, a chat's next message) may have
             // asynchronous results waiting in the run's inbox since it stopped.
             pending_external: AtomicUsize::new(pending_in(self.history)),
-            // A paused run's results that had not reached the model yet come first.
-            arrived: self.resume.map(|r| r.unread.iter().cloned().collect()).unwrap_or_default(),
+            // A paused run's results that had not reached the model yet come first, then
+            // those the agents before it took and did not read (taken out of the inbox,
+            // they are nowhere else).
+            arrived: self
+                .resume
+                .iter()
+                .flat_map(|r| r.unread.iter())
+                .chain(self.handed_results)
+                .cloned()
+                .collect(),
             last: false,
             gate: tokio::sync::RwLock::new(()),
             cut: HashSet::new(),
@@ -416,7 +427,9 @@ impl Session<'_> {
                     } else {
                         format!("a UserPromptSubmit hook refused the task: {reason}")
                     };
-                    return SessionEnd::Report(self.failed(&figures, message));
+                    // Results handed on by the agents before it leave with the report.
+                    let end = SessionEnd::Report(self.failed(&figures, message));
+                    return self.finish(end, Vec::new(), state.arrived);
                 }
             }
         }

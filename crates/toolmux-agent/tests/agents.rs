@@ -1589,6 +1589,48 @@ async fn a_hand_off_passes_the_task_on() {
     }
 }
 
+/// Results the agent handing the task on took from the inbox and did not read are given
+/// to the agent taking it over, whose inbox it is too, one a turn: before, they went
+/// straight to the final report, unread by any model.
+#[tokio::test]
+async fn results_an_agent_did_not_read_go_to_the_agent_it_hands_off_to() {
+    let (front, providers) =
+        three_builds(|m| m.calls(vec![("router__handoff-to", json!({"agent": "billing"}))]));
+    let billing = Arc::new(
+        ScriptedModel::new("billing").report("success", "early").report("success", "all read"),
+    );
+    let mut definitions = one("front", agent("m"));
+    definitions.agents.insert("billing".into(), agent("billing"));
+    definitions.router =
+        Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
+    let models = BTreeMap::from([
+        (front.name.clone(), front.clone() as Arc<dyn Model>),
+        (billing.name.clone(), billing.clone() as Arc<dyn Model>),
+    ]);
+    let config = OrchestratorConfig::default().with_response_max_bytes(500);
+    let (agents, orchestrator) = start_agents_with(config, definitions, models, providers).await;
+    let report = agents.run("front", "build all three", &CallContext::new()).await.unwrap();
+    orchestrator.cleanup().await;
+    assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "all read"));
+    assert_eq!(report.handoffs, ["front", "billing"]);
+    assert!(report.unread_results.is_empty(), "{report:?}");
+    let given: Vec<u64> = billing
+        .requests()
+        .iter()
+        .filter_map(|r| match r.messages.last() {
+            Some(Message::User { content }) if content.contains("built") => {
+                let (_, results) = content.split_once(":\n").unwrap();
+                let results: Vec<Value> =
+                    serde_json::from_str(results.trim_end_matches(')')).unwrap();
+                Some(targets(&results))
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(given, [1, 2]);
+}
+
 #[tokio::test]
 async fn hand_offs_back_and_forth_are_stopped() {
     let mut ping = ScriptedModel::new("ping");
