@@ -102,10 +102,50 @@ pub(crate) struct Shared {
     /// The client profile and name prefix names are served for: fixed when the options
     /// say, else by the first `initialize` ([`ServeOptions::detect_client`]), else generic.
     naming: OnceLock<Naming>,
-    /// How many sessions (and `subscriptions/listen` requests) are subscribed to each
-    /// resource: the provider is told to unsubscribe when the last one leaves, not when
-    /// any does, as its subscription is one for all of them.
-    subscribers: Mutex<HashMap<String, usize>>,
+    /// Who is subscribed to each resource, by URI (see [`Subscribers`]).
+    subscribers: Mutex<HashMap<String, Subscribers>>,
+}
+
+/// The sessions (and `subscriptions/listen` requests) subscribed to one resource, and the
+/// providers they subscribed through: the whole served provider, or key holders' views.
+///
+/// The count is of the URI, not of each view: views may route a URI to one upstream
+/// server (the views of `serve.holderTools` all route through one orchestrator, whose
+/// upstream subscription is one for every view), so a holder's leaving must not
+/// unsubscribe through its view while another holds the URI. They may also route it to
+/// different providers, so when the last one leaves each view subscribed through is told
+/// to unsubscribe, not only the last leaver's.
+#[derive(Debug, Default)]
+struct Subscribers {
+    /// How many hold it.
+    count: usize,
+    /// The providers subscribed through, one per view, each recorded once its
+    /// subscription was taken.
+    through: Vec<Subscriber>,
+}
+
+/// The provider one key holder subscribes through: its view, or the whole served provider
+/// (`view` is then `None`).
+#[derive(Debug, Clone)]
+struct Subscriber {
+    view: Option<Arc<str>>,
+    provider: Arc<dyn ToolProvider>,
+}
+
+/// Tells each of `providers` to unsubscribe from `uri`: the first error, once all were
+/// told.
+async fn unsubscribe_through(
+    providers: Vec<Arc<dyn ToolProvider>>,
+    uri: &str,
+) -> Result<(), ToolError> {
+    let mut failure = None;
+    for provider in providers {
+        if let Err(error) = provider.unsubscribe_resource(uri).await {
+            tracing::debug!(%uri, error = %error.report(), "not unsubscribed");
+            failure.get_or_insert(error);
+        }
+    }
+    failure.map_or(Ok(()), Err)
 }
 
 /// What served names are fitted to.
@@ -233,26 +273,77 @@ impl Shared {
         })
     }
 
+    /// What key holder `holder` subscribes to resources through.
+    fn subscriber(&self, holder: Option<Arc<str>>) -> Subscriber {
+        match self.view_of(holder.as_deref()) {
+            Some(provider) => Subscriber { view: holder, provider },
+            None => Subscriber { view: None, provider: self.provider.clone() },
+        }
+    }
+
     /// One more subscriber of the resource `uri` (counted before the provider is asked,
     /// so that another's leaving meanwhile does not unsubscribe it).
     fn hold_subscription(&self, uri: &str) {
         let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
-        *subscribers.entry(uri.to_owned()).or_default() += 1;
+        subscribers.entry(uri.to_owned()).or_default().count += 1;
     }
 
-    /// One subscriber of the resource `uri` fewer: whether it was the last, and the
-    /// provider is to be told to unsubscribe.
-    fn release_subscription(&self, uri: &str) -> bool {
+    /// `subscriber`, which holds `uri` ([`Shared::hold_subscription`]), was subscribed to
+    /// it: its provider is told to unsubscribe when the last subscriber leaves. `false`
+    /// when no one holds `uri` any more (the session unsubscribed meanwhile): its provider
+    /// is then to be told at once.
+    #[must_use]
+    fn subscribed_through(&self, uri: &str, subscriber: &Subscriber) -> bool {
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(subscribers) = subscribers.get_mut(uri) else { return false };
+        if !subscribers.through.iter().any(|s| s.view == subscriber.view) {
+            subscribers.through.push(subscriber.clone());
+        }
+        true
+    }
+
+    /// One subscriber of the resource `uri` fewer: when it was the last, the providers
+    /// subscribed through, which are to be told to unsubscribe (else none).
+    fn release_subscription(&self, uri: &str) -> Vec<Arc<dyn ToolProvider>> {
         let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         match subscribers.get_mut(uri) {
-            Some(count) if *count > 1 => {
-                *count -= 1;
-                false
+            Some(held) if held.count > 1 => {
+                held.count -= 1;
+                Vec::new()
             }
             _ => {
-                subscribers.remove(uri);
-                true
+                let through = subscribers.remove(uri).map(|held| held.through);
+                through.unwrap_or_default().into_iter().map(|s| s.provider).collect()
             }
+        }
+    }
+
+    /// [`Shared::release_subscription`] of each of `uris`: the resources no one holds any
+    /// more, with the providers to tell.
+    fn release_subscriptions(
+        &self,
+        uris: HashSet<String>,
+    ) -> Vec<(String, Vec<Arc<dyn ToolProvider>>)> {
+        let released = uris.into_iter().map(|uri| {
+            let through = self.release_subscription(&uri);
+            (uri, through)
+        });
+        released.filter(|(_, through)| !through.is_empty()).collect()
+    }
+
+    /// [`Shared::release_subscriptions`], the providers told from a task of its own when
+    /// there is a runtime to run it (a synchronous end: a session's, a dropped request's).
+    fn release_subscriptions_later(&self, uris: HashSet<String>) {
+        let last = self.release_subscriptions(uris);
+        if last.is_empty() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                for (uri, through) in last {
+                    let _ = unsubscribe_through(through, &uri).await;
+                }
+            });
         }
     }
 
@@ -440,21 +531,8 @@ impl Drop for SessionEnd {
         }
         let subscriptions =
             std::mem::take(&mut *self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()));
-        let last: Vec<String> =
-            subscriptions.into_iter().filter(|uri| self.shared.release_subscription(uri)).collect();
         // Outside a runtime (the server's is gone) there is no one left to tell.
-        if !last.is_empty()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            let provider = self.shared.provider.clone();
-            runtime.spawn(async move {
-                for uri in last {
-                    if let Err(error) = provider.unsubscribe_resource(&uri).await {
-                        tracing::debug!(%uri, error = %error.report(), "not unsubscribed");
-                    }
-                }
-            });
-        }
+        self.shared.release_subscriptions_later(subscriptions);
     }
 }
 
@@ -1491,11 +1569,16 @@ impl ServerHandler for Gateway {
             return Ok(());
         }
         self.shared.hold_subscription(&request.uri);
-        let provider = self.provider_for(&context);
-        if let Err(error) = provider.subscribe_resource(&request.uri).await {
-            self.shared.release_subscription(&request.uri);
+        let subscriber = self.shared.subscriber(self.holder(&context));
+        if let Err(error) = subscriber.provider.subscribe_resource(&request.uri).await {
             self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()).remove(&request.uri);
+            // The others subscribed may have left meanwhile.
+            let through = self.shared.release_subscription(&request.uri);
+            let _ = unsubscribe_through(through, &request.uri).await;
             return Err(resource_error(&error));
+        }
+        if !self.shared.subscribed_through(&request.uri, &subscriber) {
+            let _ = unsubscribe_through(vec![subscriber.provider], &request.uri).await;
         }
         Ok(())
     }
@@ -1503,18 +1586,16 @@ impl ServerHandler for Gateway {
     async fn unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
-        context: RequestContext<RoleServer>,
+        _: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let removed =
             self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()).remove(&request.uri);
-        // Another session subscribed to it too keeps the provider's subscription.
-        if removed && self.shared.release_subscription(&request.uri) {
-            self.provider_for(&context)
-                .unsubscribe_resource(&request.uri)
-                .await
-                .map_err(|e| resource_error(&e))?;
+        if !removed {
+            return Ok(());
         }
-        Ok(())
+        // Another session subscribed to it too keeps the providers' subscriptions.
+        let through = self.shared.release_subscription(&request.uri);
+        unsubscribe_through(through, &request.uri).await.map_err(|e| resource_error(&e))
     }
 
     /// The served tool of this name, from the last listing; rmcp's HTTP transport checks
@@ -1804,7 +1885,8 @@ impl ServerHandler for Gateway {
         let accepted = context.accepted().clone();
         // Resources are subscribed to through the key holder's view, as `subscribe` does:
         // what the view refuses is not subscribed to, nor announced.
-        let provider = &self.provider_for(context.request_context());
+        let holder = self.holder(context.request_context());
+        let subscriber = self.shared.subscriber(holder.clone());
         let streams = {
             let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
             let at = prepared.iter().position(|(filter, _)| filter == context.requested());
@@ -1825,24 +1907,25 @@ impl ServerHandler for Gateway {
         let mut updates = streams.updates.filter(|_| !uris.is_empty());
         // rmcp may drop this future mid-way (its client gone): the guard lets go of what it
         // holds then too.
-        let mut subscribed = HeldSubscriptions {
-            shared: self.shared.clone(),
-            provider: provider.clone(),
-            uris: HashSet::new(),
-        };
+        let mut subscribed =
+            HeldSubscriptions { shared: self.shared.clone(), uris: HashSet::new() };
         if updates.is_some() {
             for uri in uris {
                 self.shared.hold_subscription(&uri);
                 subscribed.uris.insert(uri.clone());
-                if let Err(error) = provider.subscribe_resource(&uri).await {
-                    subscribed.uris.remove(&uri);
-                    self.shared.release_subscription(&uri);
+                if let Err(error) = subscriber.provider.subscribe_resource(&uri).await {
                     tracing::debug!(%uri, error = %error.report(), "not subscribed");
+                    subscribed.uris.remove(&uri);
+                    let through = self.shared.release_subscription(&uri);
+                    let _ = unsubscribe_through(through, &uri).await;
+                    continue;
                 }
+                // Held by this request until it ends: it is recorded.
+                let _ = self.shared.subscribed_through(&uri, &subscriber);
             }
         }
         // A key holder with a view is told only of changes to its own lists.
-        let view = self.shared.view_of(self.holder(context.request_context()).as_deref());
+        let view = self.shared.view_of(holder.as_deref());
         let mut shown = match view {
             Some(view) => Shown::all(&view).await,
             None => Vec::new(),
@@ -1906,40 +1989,23 @@ impl ServerHandler for Gateway {
 /// [`Shared::hold_subscription`]), let go of when it ends, or when it is dropped.
 struct HeldSubscriptions {
     shared: Arc<Shared>,
-    provider: Arc<dyn ToolProvider>,
     uris: HashSet<String>,
 }
 
 impl HeldSubscriptions {
-    /// The resources no one else holds, whose upstream subscription is to end.
-    fn last_held(&mut self) -> Vec<String> {
-        let uris = std::mem::take(&mut self.uris);
-        uris.into_iter().filter(|uri| self.shared.release_subscription(uri)).collect()
-    }
-
     /// Lets go of every resource, unsubscribing from those no one else holds.
     async fn release(mut self) {
-        for uri in self.last_held() {
-            let _ = self.provider.unsubscribe_resource(&uri).await;
+        let uris = std::mem::take(&mut self.uris);
+        for (uri, through) in self.shared.release_subscriptions(uris) {
+            let _ = unsubscribe_through(through, &uri).await;
         }
     }
 }
 
 impl Drop for HeldSubscriptions {
     fn drop(&mut self) {
-        let last = self.last_held();
-        if last.is_empty() {
-            return;
-        }
-        let provider = self.provider.clone();
         // Without a runtime (it is shutting down) the provider's own end unsubscribes.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                for uri in last {
-                    let _ = provider.unsubscribe_resource(&uri).await;
-                }
-            });
-        }
+        self.shared.release_subscriptions_later(std::mem::take(&mut self.uris));
     }
 }
 

@@ -670,6 +670,68 @@ async fn a_listen_ended_without_a_cancel_lets_go_of_its_resources() {
     }
 }
 
+/// Each key holder is served a provider of its own, `alice` one and `bob` the other.
+#[derive(Debug)]
+struct ViewEach([Arc<crate::stdio::Subscribed>; 2]);
+
+impl toolmux_mcp::server::HolderViews for ViewEach {
+    fn view(&self, holder: &str) -> Option<Arc<dyn ToolProvider>> {
+        let at = ["alice", "bob"].iter().position(|h| *h == holder)?;
+        Some(self.0[at].clone())
+    }
+}
+
+/// Two key holders whose views serve one URI from two providers each leave their own
+/// provider's subscription unsubscribed from, by `resources/unsubscribe` and by their
+/// session's end alike, and neither's leaving cuts the other's: the count was of the URI
+/// alone and the provider told was the last leaver's (or, at a session's end, the whole
+/// served provider), so the first leaver's provider stayed subscribed for good.
+#[tokio::test]
+#[allow(deprecated, reason = "resources/subscribe of the handshake revisions")]
+async fn holders_whose_views_serve_a_uri_from_two_providers_each_unsubscribe_their_own() {
+    use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
+    use rmcp::service::ClientLifecycleMode::Initialize;
+    let uri = "test://r";
+    let subscribed = || {
+        Arc::new(crate::stdio::Subscribed { fixture: Fixture::new(0), uris: Default::default() })
+    };
+    let (of_alice, of_bob) = (subscribed(), subscribed());
+    let keys = ApiKeys::new(vec![
+        ApiKey { name: "alice".into(), key: "alice-key-0123456789".into() },
+        ApiKey { name: "bob".into(), key: "bob-key-0123456789ab".into() },
+    ]);
+    let options = ServeOptions {
+        api_keys: keys,
+        views: Some(Arc::new(ViewEach([of_alice.clone(), of_bob.clone()]))),
+        ..Default::default()
+    };
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), options).await;
+    let connect = async || {
+        let (alice, _) = client_with_key(&server, "alice-key-0123456789", Initialize).await;
+        let (bob, _) = client_with_key(&server, "bob-key-0123456789ab", Initialize).await;
+        for client in [&alice, &bob] {
+            within(client.subscribe(SubscribeRequestParams::new(uri))).await.unwrap();
+        }
+        assert_eq!((of_alice.uris(), of_bob.uris()), (vec![uri.to_owned()], vec![uri.to_owned()]));
+        (alice, bob)
+    };
+    let (alice, bob) = connect().await;
+    within(alice.unsubscribe(UnsubscribeRequestParams::new(uri))).await.unwrap();
+    assert_eq!(of_bob.uris(), [uri], "bob still holds it");
+    within(bob.unsubscribe(UnsubscribeRequestParams::new(uri))).await.unwrap();
+    assert_eq!((of_alice.uris(), of_bob.uris()), (vec![], vec![]));
+    for client in [alice, bob] {
+        within(client.cancel()).await.unwrap();
+    }
+    // The same, the sessions ending instead.
+    let (alice, bob) = connect().await;
+    within(alice.cancel()).await.unwrap();
+    within(bob.cancel()).await.unwrap();
+    let unsubscribed = || async { of_alice.uris().is_empty() && of_bob.uris().is_empty() };
+    eventually("both providers are unsubscribed", unsubscribed).await;
+    server.stop().await;
+}
+
 /// The mock as a key holder's view shows it: without its tools named `hidden_*`.
 #[derive(Debug)]
 struct HidingTools(Arc<MockProvider>);
