@@ -106,15 +106,50 @@ impl fmt::Debug for Endpoint {
     }
 }
 
-/// `url` without a user name, password or query, any of which may carry credentials (a
-/// token is often written as the user name: `https://sk-…@gateway/v1`).
+/// `url` without a user name, password, query or fragment, any of which may carry
+/// credentials (a token is often written as the user name, `https://sk-…@gateway/v1`, and
+/// a redirect may put one in the fragment, `#access_token=…`).
 pub(crate) fn url_for_messages(url: &reqwest::Url) -> String {
     let mut shown = url.clone();
     // Both fail only for URLs that cannot have them, which then have none to hide.
     let _ = shown.set_password(None);
     let _ = shown.set_username("");
     shown.set_query(None);
+    shown.set_fragment(None);
     shown.to_string()
+}
+
+/// The longest redirect target a message shows, in bytes.
+const LOCATION_EXCERPT_BYTES: usize = 200;
+
+/// A redirect's `Location` as messages show it: resolved against `requested`, the URL
+/// asked (a `Location` may be relative), and shown as [`url_for_messages`] shows URLs.
+/// Text that is no URL even so is shown up to its query or fragment, without what may be
+/// user info (up to an `@` in the part after `://`), its control characters escaped, and
+/// cut at [`LOCATION_EXCERPT_BYTES`].
+fn location_for_messages(requested: &reqwest::Url, location: &str) -> String {
+    if let Ok(url) = requested.join(location) {
+        return url_for_messages(&url);
+    }
+    let location = location.split(['?', '#']).next().unwrap_or_default();
+    let (scheme, rest) = match location.find("://") {
+        Some(at) => location.split_at(at + "://".len()),
+        None => ("", location),
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let rest = match authority.rfind('@') {
+        Some(at) => &rest[at + 1..],
+        None => rest,
+    };
+    let mut shown = String::with_capacity(scheme.len() + rest.len());
+    for c in scheme.chars().chain(rest.chars()) {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    excerpt(&shown, LOCATION_EXCERPT_BYTES)
 }
 
 /// How long an answer's `Retry-After` (or `retry-after-ms`) asks to wait.
@@ -335,9 +370,7 @@ impl Endpoint {
         if status.is_redirection() {
             // Redirects are not followed: a 301 or 302 would turn the POST into a GET.
             if let Some(location) = location {
-                let location = reqwest::Url::parse(&location)
-                    .map(|url| url_for_messages(&url))
-                    .unwrap_or(location);
+                let location = self.redact(&location_for_messages(&self.url, &location));
                 message = format!("redirected to {location}; set `baseUrl` to the API's address");
             }
         }
@@ -814,6 +847,29 @@ mod tests {
             "https://gateway.test/v1/"
         );
         assert_eq!(shown("http://127.0.0.1:8080/v1"), "http://127.0.0.1:8080/v1");
+        assert_eq!(shown("https://gateway.test/v1#access_token=s3cret"), "https://gateway.test/v1");
+    }
+
+    #[test]
+    fn redirect_targets_in_messages_show_no_credentials() {
+        let requested = reqwest::Url::parse("http://127.0.0.1:8080/v1/messages?beta=1").unwrap();
+        let shown = |location: &str| location_for_messages(&requested, location);
+        // Relative to the URL asked, as a URL is shown.
+        assert_eq!(shown("/v2/messages?token=s3cret"), "http://127.0.0.1:8080/v2/messages");
+        assert_eq!(
+            shown("https://user:s3cret@gateway.test/v1?token=s3cret#k=s3cret"),
+            "https://gateway.test/v1"
+        );
+        // No URL: up to its query, without its user info, its control characters escaped.
+        assert_eq!(
+            shown("https://user:s3cret@gateway.test:99999/v1\tx?token=s3cret"),
+            "https://gateway.test:99999/v1\\tx"
+        );
+        assert_eq!(shown("http://sk-s3cret@[::1/x#s3cret"), "http://[::1/x");
+        assert_eq!(shown("http://[::1\u{7}@x/a@b"), "http://x/a@b");
+        assert_eq!(shown("http://[bad\u{1b}[31m"), "http://[bad\\u{1b}[31m");
+        let long = shown(&format!("http://[{}", "x".repeat(1000)));
+        assert_eq!(long.len(), LOCATION_EXCERPT_BYTES + '…'.len_utf8(), "{long}");
     }
 
     #[test]

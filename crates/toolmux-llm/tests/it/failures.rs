@@ -734,3 +734,25 @@ async fn a_wait_near_the_end_of_any_clock_is_said_in_years() {
         }
     }
 }
+
+/// A redirect's target is named in the error as URLs are, without its query or user info,
+/// which may carry a token: a relative one resolved against the URL asked, one that is no
+/// URL cut at its query, where both went into the message as the API sent them.
+#[tokio::test]
+async fn a_redirect_s_target_is_named_without_credentials() {
+    let cases = [
+        ("/v2/messages?token=s3cret-token", "/v2/messages; set `baseUrl`"),
+        (
+            "https://user:s3cret-token@gateway.test:99999/v1?key=s3cret-token",
+            "gateway.test:99999/v1;",
+        ),
+    ];
+    for (location, shown) in cases {
+        let (base, requests) = refusing_with(Dialect::Anthropic, 302, "location", location).await;
+        let model = toolmux_llm::connect("redirected", &config(Dialect::Anthropic, base)).unwrap();
+        let error = fail(&model, &hello()).await.to_string();
+        assert!(error.contains("redirected to") && error.contains(shown), "{location}: {error}");
+        assert!(!error.contains("s3cret"), "{location}: {error}");
+        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1, "{location}");
+    }
+}
