@@ -241,3 +241,26 @@ async fn a_replica_restarted_at_its_address_drops_its_earlier_records() {
     let (status, _, answer) = post(&b.url(), Some(&fresh), ALICE, &ping).await;
     assert_eq!((status, &answer["id"]), (200, &json!(3)), "{answer}");
 }
+
+/// A stateless request's next round completes at the other replica, as a round-robin
+/// balancer sends it: the replicas seal `requestState` with the one key kept in Redis
+/// (under `fixture:seal-key`, 64 hex digits), where each keyed its own before and the
+/// other replica failed the round's verification.
+#[tokio::test]
+async fn a_stateless_next_round_completes_at_the_other_replica() {
+    use crate::http::stateless_round_answer;
+    let redis = RedisServer::start();
+    let a = Replica::start(&redis, "127.0.0.1:0").await;
+    let b = Replica::start(&redis, "127.0.0.1:0").await;
+    let tool = "test_input_required_result_elicitation";
+    let first = stateless_round_answer(&a.url(), tool, json!({}), json!({}), Some(ALICE)).await;
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    let answer = json!({"action": "accept", "content": {"name": "Ada"}});
+    let next = json!({"requestState": result["requestState"],
+        "inputResponses": {"user_name": answer}});
+    let at_b = stateless_round_answer(&b.url(), tool, json!({}), next, Some(ALICE)).await;
+    assert_eq!(at_b["result"]["content"][0]["text"], "Hello, Ada!", "{at_b}");
+    let key = redis_get(redis.port(), "fixture:seal-key").expect("the shared key");
+    assert!(key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()), "{key}");
+}

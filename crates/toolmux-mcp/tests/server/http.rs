@@ -829,7 +829,7 @@ async fn stateless_round(url: &str, tool: &str, arguments: Value, params: Value)
 
 /// [`stateless_round`] with `key` as the bearer token when given; returns the JSON-RPC
 /// answer (a result or an error).
-async fn stateless_round_answer(
+pub(crate) async fn stateless_round_answer(
     url: &str,
     tool: &str,
     arguments: Value,
