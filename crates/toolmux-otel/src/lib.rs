@@ -58,7 +58,8 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OtlpConfig {
     /// The collector's OTLP/HTTP address (`http://localhost:4318`); traces go to
-    /// `{endpoint}/v1/traces` and metrics to `{endpoint}/v1/metrics`. Default:
+    /// `{endpoint}/v1/traces` and metrics to `{endpoint}/v1/metrics`, the path appended to
+    /// the endpoint's path and a query kept after it. Default:
     /// `$OTEL_EXPORTER_OTLP_ENDPOINT`, else `http://localhost:4318`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
@@ -111,12 +112,15 @@ impl Settings {
             .unwrap_or_else(|| "http://localhost:4318".to_owned());
         let endpoint = endpoint.trim_end_matches('/').to_owned();
         let scheme_ok = endpoint.starts_with("http://") || endpoint.starts_with("https://");
-        if !scheme_ok || reqwest::Url::parse(&endpoint).is_err() {
-            return Err(format!(
-                "endpoint `{endpoint}` is not an http:// or https:// address (an OTLP/HTTP \
-                 collector listens on one, as `http://localhost:4318`)"
-            ));
-        }
+        let base = match reqwest::Url::parse(&endpoint) {
+            Ok(base) if scheme_ok => base,
+            _ => {
+                return Err(format!(
+                    "endpoint `{endpoint}` is not an http:// or https:// address (an OTLP/HTTP \
+                     collector listens on one, as `http://localhost:4318`)"
+                ));
+            }
+        };
         let mut headers: Vec<(String, String)> = Vec::new();
         if let Some(listed) = env("OTEL_EXPORTER_OTLP_HEADERS") {
             for pair in listed.split(',').filter(|p| !p.trim().is_empty()) {
@@ -178,8 +182,8 @@ impl Settings {
                 .to_owned());
         }
         Ok(Settings {
-            traces_url: traces.then(|| format!("{endpoint}/v1/traces")),
-            metrics_url: metrics.then(|| format!("{endpoint}/v1/metrics")),
+            traces_url: traces.then(|| signal_url(&base, "v1/traces")),
+            metrics_url: metrics.then(|| signal_url(&base, "v1/metrics")),
             headers,
             resource,
             interval: Duration::from_millis(interval),
@@ -191,6 +195,20 @@ impl Settings {
     pub fn secrets(&self) -> Vec<String> {
         self.headers.iter().map(|(_, v)| v.clone()).filter(|v| !v.is_empty()).collect()
     }
+}
+
+/// Where one signal (`v1/traces`, `v1/metrics`) is sent: `path` appended to the path of the
+/// endpoint `base`, as the OTLP exporter specification has it for
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` (`http://collector:4318/mycollector` sends traces to
+/// `http://collector:4318/mycollector/v1/traces`), its query kept
+/// (`http://collector:4318?tenant=a` sends them to `/v1/traces?tenant=a`, not into the query)
+/// and its fragment, which no request carries, left out.
+fn signal_url(base: &reqwest::Url, path: &str) -> String {
+    let mut url = base.clone();
+    let joined = format!("{}/{path}", base.path().trim_end_matches('/'));
+    url.set_path(&joined);
+    url.set_fragment(None);
+    url.into()
 }
 
 /// What the exporter has done so far.

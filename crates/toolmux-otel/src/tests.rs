@@ -184,6 +184,27 @@ async fn a_collector_down_or_refusing_costs_the_calls_nothing() {
     assert!(collector.requests().iter().all(|r| r.path == "/v1/traces"), "metrics were off");
 }
 
+/// An endpoint with a query (a tenant, a key) has the signal's path appended to its path
+/// and keeps its query: the collector receives at `/v1/traces?tenant=a`, where the path
+/// went into the query and the request reached `/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_s_query_stays_after_the_signal_s_path() {
+    let collector = OtlpCollector::start();
+    let o = orchestrator().await;
+    let endpoint = format!("{}?tenant=a", collector.endpoint());
+    let exporter = Exporter::start(settings(&endpoint, |_| {}), o.subscribe());
+    assert!(o.execute(ToolCall::new("t__ok", json!({})), &CallContext::new()).await.ok);
+    let received = |requests: &[toolmux_test_support::otlp::OtlpRequest], path: &str| {
+        requests.iter().any(|r| r.path == path && r.query.as_deref() == Some("tenant=a"))
+    };
+    let sent = collector.wait_for(Duration::from_secs(10), |r| {
+        received(r, "/v1/traces") && received(r, "/v1/metrics")
+    });
+    exporter.shutdown().await;
+    assert!(sent, "nothing reached the collector's paths: {:?}", collector.requests());
+    assert_eq!(collector.spans().len(), 1);
+}
+
 /// A caller's `traceparent`: every span of the call takes its trace id, the outermost takes
 /// its span as parent, the ones inside stay children of theirs.
 #[test]
@@ -392,6 +413,18 @@ fn settings_come_from_the_configuration_then_the_standard_variables() {
         Settings::new(&OtlpConfig::default(), &no_env).unwrap().traces_url.as_deref(),
         Some("http://localhost:4318/v1/traces")
     );
+    // The signal's path goes after the endpoint's path, before its query; a fragment,
+    // which no request carries, is left out.
+    for (endpoint, traces) in [
+        ("http://collector:4318?tenant=a", "http://collector:4318/v1/traces?tenant=a"),
+        ("http://collector:4318/?tenant=a", "http://collector:4318/v1/traces?tenant=a"),
+        ("http://collector:4318/otlp/?a=1&b=2", "http://collector:4318/otlp/v1/traces?a=1&b=2"),
+        ("http://collector:4318/otlp#top", "http://collector:4318/otlp/v1/traces"),
+    ] {
+        let config = OtlpConfig { endpoint: Some(endpoint.into()), ..OtlpConfig::default() };
+        let s = Settings::new(&config, &no_env).unwrap();
+        assert_eq!(s.traces_url.as_deref(), Some(traces), "{endpoint}");
+    }
 
     let refused = |config: OtlpConfig, env: &dyn Fn(&str) -> Option<String>| {
         Settings::new(&config, env).expect_err("refused")

@@ -17,6 +17,8 @@ use std::time::Duration;
 pub struct OtlpRequest {
     /// `/v1/traces` or `/v1/metrics`.
     pub path: String,
+    /// Its query (`tenant=a`), if it had one.
+    pub query: Option<String>,
     /// Its headers, names lowercase.
     pub headers: BTreeMap<String, String>,
     /// Its body, parsed (`Null` when it was not JSON).
@@ -122,7 +124,8 @@ async fn receive(
         .collect();
     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let mut recorded = recorded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    recorded.requests.push(OtlpRequest { path: uri.path().to_owned(), headers, body });
+    let (path, query) = (uri.path().to_owned(), uri.query().map(str::to_owned));
+    recorded.requests.push(OtlpRequest { path, query, headers, body });
     if recorded.refuse > 0 {
         recorded.refuse -= 1;
         return StatusCode::SERVICE_UNAVAILABLE;
