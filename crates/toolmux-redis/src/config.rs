@@ -78,6 +78,15 @@ pub struct RedisConfig {
     /// default `http://` and the `--http` address, when that is not a wildcard (`0.0.0.0`,
     /// `::`); with a wildcard and no URL, requests are not forwarded (sessions then stay
     /// with the replica that made them, as without Redis).
+    ///
+    /// Replicas sharing their sessions this way also share, through Redis, the key they seal
+    /// the stateless revision's `requestState` with (under `{prefix}:mcp:seal-key`, set
+    /// by the first replica to start), so that a multi-round request's next round may
+    /// reach any of them; with a wildcard and no URL each replica keys its own, and a next
+    /// round reaching another replica fails. `serve --http` reads that key when it starts
+    /// and refuses to start when Redis does not give it within 10 s (sooner when a
+    /// command fails, after `timeoutMs`), saying to check the backend; without `--http`,
+    /// a Redis that does not answer at start is only a warning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub advertise_url: Option<String>,
 }

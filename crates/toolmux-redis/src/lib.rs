@@ -19,7 +19,10 @@
 //! - [`RedisOutputStore`], a [`toolmux_orchestrator::store::OutputStore`]: outputs over the
 //!   size cap, readable by handle through any replica;
 //! - [`RedisSessionOwners`]: which replica holds each MCP session of streamable HTTP, so
-//!   that the others forward its requests there (`advertiseUrl`).
+//!   that the others forward its requests there (`advertiseUrl`); the replicas sharing
+//!   sessions also share the key they seal the stateless revision's `requestState` with
+//!   (`{prefix}:mcp:seal-key`, kept by the facade), and `serve --http` refuses to start
+//!   when Redis does not give it within 10 s.
 //!
 //! Statistics stay in each process.
 //!
