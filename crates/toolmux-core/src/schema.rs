@@ -83,10 +83,9 @@ const INLINE_NESTING_DEPTH: usize = 128;
 
 /// `schema` rewritten to what `rules` allow.
 pub fn adapt(schema: &Value, rules: &SchemaRules) -> Value {
-    let mut out = schema.clone();
-    if rules.inline_refs || rules.openapi_subset {
-        out = inline_refs(&out);
-    }
+    // Inlining copies only what it keeps: a schema's definitions may be most of it.
+    let mut out =
+        if rules.inline_refs || rules.openapi_subset { inline_refs(schema) } else { copy(schema) };
     if rules.plain_top_level {
         plain_top_level(&mut out);
     }
@@ -106,15 +105,24 @@ pub fn adapt(schema: &Value, rules: &SchemaRules) -> Value {
 
 /// `schema` with every local `$ref` replaced by its target; `$defs` and `definitions`
 /// dropped once nothing refers to them.
+///
+/// References are resolved in `schema` itself, borrowed: the walk copies only what goes into
+/// the result, so the root's definitions are copied only when a reference is left in place,
+/// and a definition block met inside an inlined target (a reference to `#`, or to a
+/// definition holding its own `$defs`) is not copied at all, every reference resolving
+/// against the root.
 fn inline_refs(schema: &Value) -> Value {
     let mut inliner =
         Inliner { root: schema, stack: Vec::new(), nodes: 0, depth: 0, unresolved: false };
     let mut out = inliner.walk(schema);
-    if !inliner.unresolved
-        && let Value::Object(map) = &mut out
+    if inliner.unresolved
+        && let (Value::Object(out), Value::Object(root)) = (&mut out, schema)
     {
-        map.remove("$defs");
-        map.remove("definitions");
+        for key in ["$defs", "definitions"] {
+            if let Some(definitions) = root.get(key) {
+                out.insert(key.to_owned(), copy(definitions));
+            }
+        }
     }
     out
 }
@@ -145,21 +153,31 @@ impl Inliner<'_> {
                 if let Some(Value::String(reference)) = map.get("$ref") {
                     return self.expand(reference, map);
                 }
+                let keep_definitions = self.keeps_definitions(map);
                 let mut out = Map::with_capacity(map.len());
                 for (key, item) in map {
                     // Definitions are inlined where they are used, not walked here.
-                    if matches!(key.as_str(), "$defs" | "definitions") {
-                        out.insert(key.clone(), item.clone());
+                    if is_definitions(key) {
+                        if keep_definitions {
+                            out.insert(key.clone(), copy(item));
+                        }
                         continue;
                     }
-                    let walked = if is_data_keyword(key) { item.clone() } else { self.walk(item) };
+                    let walked = if is_data_keyword(key) { copy(item) } else { self.walk(item) };
                     out.insert(key.clone(), walked);
                 }
                 Value::Object(out)
             }
             Value::Array(items) => Value::Array(items.iter().map(|i| self.walk(i)).collect()),
-            other => other.clone(),
+            other => copy(other),
         }
+    }
+
+    /// Whether the definitions in `map` go into the result. The root's are added back at the
+    /// end if a reference was left in place; those inside an inlined target are never
+    /// needed, every reference resolving against the root.
+    fn keeps_definitions(&self, map: &Map<String, Value>) -> bool {
+        self.stack.is_empty() && !self.root.as_object().is_some_and(|root| std::ptr::eq(root, map))
     }
 
     /// The target of `reference`, walked, with the referring object's other keywords
@@ -168,8 +186,9 @@ impl Inliner<'_> {
         let target = reference.strip_prefix('#').and_then(|pointer| self.root.pointer(pointer));
         let Some(target) = target else {
             self.unresolved = true;
-            return Value::Object(beside.clone());
+            return copy_map(beside);
         };
+        let keep_definitions = self.keeps_definitions(beside);
         let name = reference.rsplit('/').next().unwrap_or(reference).to_owned();
         let recursive = self.stack.iter().any(|r| r == reference);
         let too_deep = self.stack.len() >= INLINE_REF_DEPTH || self.depth >= INLINE_NESTING_DEPTH;
@@ -178,14 +197,14 @@ impl Inliner<'_> {
             // there.
             let mut cut = Map::new();
             if let Some(kind) = target.get("type") {
-                cut.insert("type".into(), kind.clone());
+                cut.insert("type".into(), copy(kind));
             }
             let why = if recursive { "recursive" } else { "nested too deeply to show" };
             cut.insert("description".into(), json!(format!("a {name} ({why})")));
             Value::Object(cut)
         } else if self.nodes > INLINE_NODE_BUDGET {
             self.unresolved = true;
-            return Value::Object(beside.clone());
+            return copy_map(beside);
         } else {
             self.stack.push(reference.to_owned());
             let walked = self.walk(target);
@@ -194,14 +213,32 @@ impl Inliner<'_> {
         };
         if let Value::Object(out) = &mut out {
             for (key, item) in beside {
-                if key != "$ref" {
-                    let walked = if is_data_keyword(key) { item.clone() } else { self.walk(item) };
-                    out.insert(key.clone(), walked);
+                if key == "$ref" || is_definitions(key) && !keep_definitions {
+                    continue;
                 }
+                let walked = if is_data_keyword(key) { copy(item) } else { self.walk(item) };
+                out.insert(key.clone(), walked);
             }
         }
         out
     }
+}
+
+/// `value` copied; in tests, the schema nodes copied are counted on this thread.
+fn copy(value: &Value) -> Value {
+    #[cfg(test)]
+    tests::count_copied(value);
+    value.clone()
+}
+
+/// `map` copied as an object, as [`copy`] does.
+fn copy_map(map: &Map<String, Value>) -> Value {
+    Value::Object(map.iter().map(|(key, item)| (key.clone(), copy(item))).collect())
+}
+
+/// Whether `key` holds definitions (`$defs`, or `definitions` before draft 2019-09).
+fn is_definitions(key: &str) -> bool {
+    matches!(key, "$defs" | "definitions")
 }
 
 /// Keywords whose values are data, not schemas: never rewritten.
@@ -604,6 +641,24 @@ fn common_type(values: &[Value]) -> Option<&'static str> {
 mod tests {
     use super::*;
     use expect_test::{Expect, expect};
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Schema nodes [`copy`] copied on this thread.
+        static COPIED: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Counts the nodes of `value` as copied.
+    pub(super) fn count_copied(value: &Value) {
+        fn nodes(value: &Value) -> usize {
+            1 + match value {
+                Value::Object(map) => map.values().map(nodes).sum(),
+                Value::Array(items) => items.iter().map(nodes).sum(),
+                _ => 0,
+            }
+        }
+        COPIED.set(COPIED.get() + nodes(value));
+    }
 
     fn check(schema: Value, rules: SchemaRules, expected: Expect) {
         let out = adapt(&schema, &rules);
@@ -756,6 +811,38 @@ mod tests {
             json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/l0"}}, "$defs": defs});
         let out = adapt(&schema, &SchemaRules { inline_refs: true, ..SchemaRules::default() });
         assert!(out.to_string().len() < 10_000_000);
+    }
+
+    #[test]
+    fn definitions_are_read_in_place_not_copied() {
+        // 40,000 nodes of definitions, of which the tool uses one of ten nodes.
+        let mut defs = Map::new();
+        for i in 0..4_000 {
+            let def = json!({"type": "object", "properties": {
+                "a": {"type": "string"},
+                "b": {"type": "array", "items": {"type": "integer"}}
+            }});
+            defs.insert(format!("d{i}"), def);
+        }
+        let schema = json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/d7"}},
+                            "$defs": defs});
+        let expected = json!({"type": "object", "properties": {"x": schema["$defs"]["d7"]}});
+        for rules in [SchemaRules { inline_refs: true, ..SchemaRules::default() }, GEMINI] {
+            COPIED.set(0);
+            let out = adapt(&schema, &rules);
+            assert_eq!(out, expected);
+            assert!(COPIED.get() < 100, "{} nodes copied", COPIED.get());
+        }
+        // A reference left in place keeps the definitions, copied once; a reference to the
+        // root inlines it without its definitions.
+        let mut unresolved = schema.clone();
+        unresolved["properties"]["y"] = json!({"$ref": "#/$defs/missing"});
+        unresolved["properties"]["z"] = json!({"$ref": "#"});
+        COPIED.set(0);
+        let out = adapt(&unresolved, &SchemaRules { inline_refs: true, ..SchemaRules::default() });
+        assert_eq!(out["$defs"], schema["$defs"]);
+        assert!(out["properties"]["z"].get("$defs").is_none(), "{}", out["properties"]["z"]);
+        assert!(COPIED.get() < 40_100, "{} nodes copied", COPIED.get());
     }
 
     #[test]
