@@ -791,28 +791,14 @@ async fn what_a_cancelled_command_planted_is_moved_aside() {
 async fn the_spill_directory_is_read_only_to_commands() {
     let kernel = kernel(Kernel::NoNetwork).await;
     let (_dir, root) = unsandboxed_root();
-    let spill = root.join("spill");
-    let bash = BashConfig { spill_dir: Some(spill.clone()), ..BashConfig::default() };
-    let config = FsConfig::new(&root)
-        .with_permissions([Permission::Read, Permission::Execute])
-        .with_bash(bash);
-    let fs = FsProvider::new(config).unwrap();
+    let (fs, spill) = spill_provider(&root);
     if kernel == Kernel::None {
         return;
     }
-    let run = async |command: &str| {
-        let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await;
-        out.unwrap()
-    };
-    let text = run("echo x > spill/forged; mv spill moved; echo done").await.to_text();
+    let text = bash(&fs, "echo x > spill/forged; mv spill moved; echo done").await.to_text();
     assert!(text.contains("done"), "{text}");
     assert!(!spill.join("forged").exists() && !root.join("moved").exists(), "{text}");
-    let out = run("seq 1 200000").await;
-    let file = out.extras["stdoutFile"].as_str().expect("spilled").to_owned();
-    assert!(file.starts_with(&spill.display().to_string()), "{file}");
-    let text = run(&format!("tail -n 1 {file}; echo x >> {file}")).await.to_text();
-    assert!(text.contains("200000"), "{text}");
-    assert!(std::fs::read_to_string(&file).unwrap().ends_with("200000\n"));
+    assert_spills_read_only(&fs, &spill).await;
 }
 
 /// A spill directory removed while the provider serves (a cleaner of `/tmp` deleting the
@@ -823,27 +809,43 @@ async fn the_spill_directory_is_read_only_to_commands() {
 async fn a_spill_directory_removed_while_serving_is_made_again_read_only() {
     let kernel = kernel(Kernel::NoNetwork).await;
     let (_dir, root) = unsandboxed_root();
-    let spill = root.join("spill");
-    let bash = BashConfig { spill_dir: Some(spill.clone()), ..BashConfig::default() };
-    let config = FsConfig::new(&root)
-        .with_permissions([Permission::Read, Permission::Execute])
-        .with_bash(bash);
-    let fs = FsProvider::new(config).unwrap();
+    let (fs, spill) = spill_provider(&root);
     if kernel == Kernel::None {
         return;
     }
-    let run = async |command: &str| {
-        let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await;
-        out.unwrap()
-    };
     std::fs::remove_dir_all(&spill).unwrap();
-    let text = run("mkdir spill; echo x > spill/forged; echo done").await.to_text();
+    let text = bash(&fs, "mkdir spill; echo x > spill/forged; echo done").await.to_text();
     assert!(text.contains("done"), "{text}");
     assert!(spill.is_dir() && !spill.join("forged").exists(), "{text}");
-    let out = run("seq 1 200000").await;
+    assert_spills_read_only(&fs, &spill).await;
+}
+
+/// A provider whose commands run in `root` with the spill directory `root/spill`
+/// (`bash.spillDir`), and that directory.
+fn spill_provider(root: &Path) -> (FsProvider, PathBuf) {
+    let spill = root.join("spill");
+    let bash = BashConfig { spill_dir: Some(spill.clone()), ..BashConfig::default() };
+    let config = FsConfig::new(root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(bash);
+    (FsProvider::new(config).unwrap(), spill)
+}
+
+/// What `bash` answers to `command` (a failed call fails the test).
+async fn bash(fs: &FsProvider, command: &str) -> ToolOutput {
+    match fs.call("bash", json!({"command": command}), &CallContext::new()).await {
+        Ok(out) => out,
+        Err(e) => panic!("bash failed: {}", e.report()),
+    }
+}
+
+/// A long output of `fs`'s `bash` is spilled into `spill`, where a command reads it and
+/// cannot change it.
+async fn assert_spills_read_only(fs: &FsProvider, spill: &Path) {
+    let out = bash(fs, "seq 1 200000").await;
     let file = out.extras["stdoutFile"].as_str().expect("spilled").to_owned();
     assert!(file.starts_with(&spill.display().to_string()), "{file}");
-    let text = run(&format!("tail -n 1 {file}; echo x >> {file}")).await.to_text();
+    let text = bash(fs, &format!("tail -n 1 {file}; echo x >> {file}")).await.to_text();
     assert!(text.contains("200000"), "{text}");
     assert!(std::fs::read_to_string(&file).unwrap().ends_with("200000\n"));
 }
