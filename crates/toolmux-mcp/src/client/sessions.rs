@@ -161,12 +161,22 @@ impl Sessions {
     }
 
     /// The run's provider, opened if need be, its in-flight count (already counting this
-    /// call), and why the run's earlier connection was closed when this call opens a new one.
+    /// call of `tool`), and why the run's earlier connection was closed when this call
+    /// opens a new one; none once the provider is shut down.
     fn session(
         self: &Arc<Self>,
         run: &str,
+        tool: &str,
     ) -> Result<(Arc<McpProvider>, InFlight, Option<Closed>), ToolError> {
         let mut open = self.lock();
+        // Checked under the lock the shutdown drains the sessions under, after it cancels:
+        // a call that passed the caller's check while the shutdown ran would otherwise
+        // open a session (and start a server) after the drain, which nothing would close.
+        if self.shutdown.is_cancelled() {
+            return Err(
+                McpError::ShutDown { server: self.name.clone() }.into_tool_error(Some(tool))
+            );
+        }
         if let Some(session) = open.get_mut(run) {
             session.last_used = Instant::now();
             // The run is back: its session is no longer to close with its last call.
@@ -371,7 +381,7 @@ impl ToolProvider for PerSessionProvider {
             );
         }
         self.ensure_reaper();
-        let (provider, _in_flight, earlier) = self.inner.session(ctx.run_id())?;
+        let (provider, _in_flight, earlier) = self.inner.session(ctx.run_id(), name)?;
         let result = provider.call(name, arguments, ctx).await;
         if let Some(session) = self.inner.lock().get_mut(ctx.run_id()) {
             session.last_used = Instant::now();
@@ -400,6 +410,7 @@ impl ToolProvider for PerSessionProvider {
     }
 
     async fn shutdown(&self) -> Result<(), ToolError> {
+        // Cancelled before the drain: [`Sessions::session`] opens none after it.
         self.inner.shutdown.cancel();
         let sessions: Vec<Session> = self.inner.lock().drain().map(|(_, s)| s).collect();
         let closing = sessions.into_iter().map(|s| async move { s.provider.shutdown().await });
@@ -472,5 +483,29 @@ impl ToolProvider for PerSessionProvider {
     /// The shared connection's: the one listing, prompts and resources use.
     fn health(&self) -> toolmux_core::Health {
         self.inner.template.health()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call that passed `call`'s shutdown check just before the shutdown began, and
+    /// asks for its run's session only after the shutdown drained them, gets none: the
+    /// session it would open (and the server it would start) would outlive the shutdown.
+    #[tokio::test]
+    async fn no_session_opens_once_the_shutdown_drained_them() {
+        let config = McpServerConfig::stdio("true", Vec::<String>::new());
+        let provider =
+            PerSessionProvider::new("late", config, 4, DEFAULT_SESSION_IDLE).expect("valid");
+        provider.shutdown().await.expect("shut down");
+
+        let error = provider
+            .inner
+            .session("run-1", "echo")
+            .err()
+            .expect("no session is opened after the shutdown");
+        assert!(matches!(error, ToolError::Unavailable { .. }), "{}", error.report());
+        assert!(provider.open_sessions().is_empty(), "{:?}", provider.open_sessions());
     }
 }
