@@ -763,7 +763,9 @@ async fn space_events(
 
 /// One stream of a space's changes: `message` events, each a message written or changed,
 /// and the seeds' `tool.started`, `tool.done` and `tool.error` of the visible calls shown in
-/// them, the message's revision as the id.
+/// them, the message's revision as the id. No `tool.streaming`: the space a call is shown in
+/// is known only when it runs, after its arguments were written (ARCHITECTURE.md says why),
+/// so a call's argument fragments go to `GET /api/events` only.
 struct SpaceStream {
     core: StreamCore,
     space: String,
