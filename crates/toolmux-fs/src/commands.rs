@@ -174,9 +174,14 @@ impl CommandTools {
     }
 
     /// Saves binary output in `dir` (`fs.bash.spillDir`), as `bash` does, instead of this
-    /// user's private directory in the system temporary directory.
+    /// user's private directory in the system temporary directory, and keeps `dir`
+    /// read-only to the programs as `bash` keeps it from its commands (made now where
+    /// missing): a program must not rewrite an output saved there before, which the model
+    /// reads by its path.
     pub fn with_spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.shell.spill_dir = Some(dir.into());
+        let dir = dir.into();
+        self.sandbox = crate::provider::keeping_spill_dir(self.sandbox, Some(&dir));
+        self.shell.spill_dir = Some(dir);
         self
     }
 

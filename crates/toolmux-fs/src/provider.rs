@@ -201,12 +201,22 @@ pub(crate) fn guarded_sandbox(
     let (protect, hide) = (protection.protect_globs().clone(), protection.hidden_globs().clone());
     let mut sandbox =
         Sandbox::new(&config.bash.sandbox, root, &protected)?.with_user_globs(root, protect, hide);
-    // One that cannot be made now says why at the first spill.
-    if let Ok(spill) = tools::spill::directory(config.bash.spill_dir.as_deref()) {
-        let configured = config.bash.spill_dir.clone();
-        sandbox = sandbox.with_spill_dir(configured, crate::protect::resolve_ambient(&spill));
-    }
+    sandbox = keeping_spill_dir(sandbox, config.bash.spill_dir.as_deref());
     Ok((sandbox, protection))
+}
+
+/// `sandbox` keeping the spill directory `configured` names (`bash.spillDir`, else this
+/// user's own) read-only to commands, instead of one it kept before; the directory is
+/// made now. One that cannot be made now says why at the first spill, and `sandbox` is
+/// returned as it was.
+pub(crate) fn keeping_spill_dir(sandbox: Sandbox, configured: Option<&Path>) -> Sandbox {
+    match tools::spill::directory(configured) {
+        Ok(spill) => sandbox.with_spill_dir(
+            configured.map(Path::to_path_buf),
+            crate::protect::resolve_ambient(&spill),
+        ),
+        Err(_) => sandbox,
+    }
 }
 
 impl FsProvider {

@@ -228,9 +228,14 @@ impl Sandbox {
     /// to, or rename the folder and put another in its place. A view covers what exists
     /// when a command starts: the directory is made before ([`crate::tools::spill::directory`]
     /// with `configured`, the `bash.spillDir` setting), and again before each command
-    /// where it has gone since.
+    /// where it has gone since. A spill directory kept before is no longer kept.
     pub(crate) fn with_spill_dir(mut self, configured: Option<PathBuf>, dir: PathBuf) -> Sandbox {
         let Plan::Enforce(policy) = &mut self.plan else { return self };
+        // Only a spill directory is kept here that was not in the read-only set already,
+        // so taking it out leaves the server's own paths as they were.
+        if let Some((_, before)) = self.spill_dir.take() {
+            policy.read_only.retain(|path| *path != before);
+        }
         let roots = policy.writable.as_deref().unwrap_or_default();
         if !policy.protect_paths
             || !roots.iter().any(|r| dir.starts_with(r))

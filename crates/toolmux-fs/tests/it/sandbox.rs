@@ -820,6 +820,50 @@ async fn a_spill_directory_removed_while_serving_is_made_again_read_only() {
     assert_spills_read_only(&fs, &spill).await;
 }
 
+/// A command tool's program cannot write the spill directory either, however it is given:
+/// as `bash.spillDir` or through [`CommandTools::with_spill_dir`] once the tools are made
+/// (their sandbox was made then), so a program cannot rewrite an output saved there
+/// before, which the model reads by its path.
+#[tokio::test]
+async fn the_spill_directory_is_read_only_to_command_tools() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let shell = |script: &str| CommandToolConfig {
+        description: "runs a script".into(),
+        command: CommandLine::Shell(script.into()),
+        ..CommandToolConfig::default()
+    };
+    let forge = "for f in spill/*; do echo x > \"$f\"; done; echo x > spill/forged; \
+                 mv spill moved; echo done";
+    let tools = BTreeMap::from([
+        ("binary".to_owned(), shell("head -c 100 /dev/zero")),
+        ("forge".to_owned(), shell(forge)),
+    ]);
+    for configured in [true, false] {
+        let (_dir, root) = unsandboxed_root();
+        let spill = root.join("spill");
+        let mut config = FsConfig::new(&root);
+        if configured {
+            config = config
+                .with_bash(BashConfig { spill_dir: Some(spill.clone()), ..BashConfig::default() });
+        }
+        let mut commands = CommandTools::new(&tools, &config).unwrap();
+        if !configured {
+            commands = commands.with_spill_dir(&spill);
+        }
+        if kernel == Kernel::None {
+            return;
+        }
+        let out = commands.call("binary", json!({}), &CallContext::new()).await.unwrap();
+        let file = out.extras["stdoutFile"].as_str().expect("saved").to_owned();
+        assert!(file.starts_with(&spill.display().to_string()), "{file}");
+        let out = commands.call("forge", json!({}), &CallContext::new()).await.unwrap();
+        let text = out.to_text();
+        assert!(text.contains("done"), "{text}");
+        assert!(!spill.join("forged").exists() && !root.join("moved").exists(), "{text}");
+        assert_eq!(std::fs::read(&file).unwrap(), vec![0u8; 100], "{text}");
+    }
+}
+
 /// A provider whose commands run in `root` with the spill directory `root/spill`
 /// (`bash.spillDir`), and that directory.
 fn spill_provider(root: &Path) -> (FsProvider, PathBuf) {
