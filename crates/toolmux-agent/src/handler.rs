@@ -2,6 +2,7 @@
 //! model (the agent is their MCP client), and everything else as its own caller would.
 
 use crate::pause::{PendingCall, not_pausable};
+use crate::session::SubFigures;
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -10,7 +11,7 @@ use std::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
     ApprovalDecision, ApprovalRequest, ElicitationAction, ElicitationRequest, ElicitationResponse,
-    InteractionHandler, Root, RootsRequest, SamplingRequest, SamplingResponse, ToolError,
+    InteractionHandler, Op, Root, RootsRequest, SamplingRequest, SamplingResponse, ToolError,
     UrlElicitationRequest,
 };
 use toolmux_llm::{Model, Usage, sampling_request, sampling_response};
@@ -25,6 +26,9 @@ pub(crate) struct AgentHandler {
     pub(crate) cancel: CancellationToken,
     /// Tokens the agent's model spent answering sampling requests.
     pub(crate) used: Mutex<Usage>,
+    /// Where the session's operation (the second) counts what it spends for the session
+    /// that called it, if one did ([`SubFigures::spend`]).
+    pub(crate) spent_for: (Arc<SubFigures>, Option<Arc<Op>>),
     /// How the session's calls are approved besides asking the caller.
     pub(crate) approvals: Approvals,
 }
@@ -194,6 +198,8 @@ impl InteractionHandler for AgentHandler {
         let answer = self.model.complete(&sampling_request(&request), &self.cancel).await;
         let answer = answer.map_err(|e| ToolError::other("sampling", e))?;
         *self.used.lock().unwrap_or_else(|e| e.into_inner()) += answer.usage;
+        let (sub_figures, op) = &self.spent_for;
+        sub_figures.spend(op.as_ref(), (answer.usage, 0, 0));
         Ok(sampling_response(answer))
     }
 

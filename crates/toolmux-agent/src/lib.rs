@@ -182,7 +182,7 @@ struct Inner {
     /// the agents it calls get no more ([`session::Budgets`]).
     budgets: session::Budgets,
     /// The figures of sub-agents' runs, for the sessions that called them.
-    sub_figures: session::SubFigures,
+    sub_figures: Arc<session::SubFigures>,
 }
 
 impl Agents {
@@ -200,7 +200,7 @@ impl Agents {
                 models,
                 orchestrator: RwLock::new(WeakOrchestrator::default()),
                 budgets: session::Budgets::default(),
-                sub_figures: session::SubFigures::default(),
+                sub_figures: Arc::default(),
             }),
         })
     }
@@ -476,6 +476,9 @@ impl Agents {
                 model: model.clone(),
                 cancel: ctx.cancel_token().clone(),
                 used: Mutex::default(),
+                // Sampling tokens count for the session that called the agent as they are
+                // spent: a run cut before its report still leaves them to its caller.
+                spent_for: (self.inner.sub_figures.clone(), ctx.op().cloned()),
                 approvals: Approvals::new(options.pause, std::mem::take(&mut standing)),
             });
             // After a hand-off, the next agent starts afresh (a resumed run's conversation
@@ -765,7 +768,8 @@ impl ToolProvider for AgentProvider {
             Some(op) if op.tool() == tool => ctx.clone(),
             _ => ctx.clone().with_op(Op::new(tool, ctx.op().cloned())),
         };
-        self.agents.inner.sub_figures.start(&ctx);
+        // Its spending counts for the session that called it until the run ends, or is cut.
+        let _running = self.agents.inner.sub_figures.start(&ctx);
         match self.agents.run_from(name, prompt, &ctx, &RunOptions::default(), None).await {
             Ok(report) => {
                 self.agents.inner.sub_figures.record(&ctx, &report);
@@ -776,5 +780,84 @@ impl ToolProvider for AgentProvider {
                 message: e.to_string(),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_util::sync::CancellationToken;
+    use toolmux_llm::{ModelError, ModelRequest, ModelResponse, ModelToolCall};
+    use toolmux_orchestrator::OrchestratorConfig;
+
+    /// Model `parent` calls agent `child`; any other never answers, saying it was asked.
+    #[derive(Debug)]
+    struct Stalling {
+        name: &'static str,
+        asked: Arc<tokio::sync::Notify>,
+    }
+
+    #[async_trait]
+    impl Model for Stalling {
+        fn name(&self) -> &str {
+            self.name
+        }
+
+        async fn complete(
+            &self,
+            _request: &ModelRequest,
+            _cancel: &CancellationToken,
+        ) -> Result<ModelResponse, ModelError> {
+            if self.name == "parent" {
+                let call = ModelToolCall::new("c1", "agent__child", json!({"prompt": "work"}));
+                return Ok(ModelResponse::tool_calls(vec![call]));
+            }
+            self.asked.notify_one();
+            std::future::pending().await
+        }
+    }
+
+    /// A run cut while the sub-agent its session called works (its future dropped, as the
+    /// timeout of a call of the agent drops it) leaves nothing kept for either: before,
+    /// the figures awaited for the sub-agent's call stayed for the life of the process,
+    /// and so did the budgets the two sessions had left.
+    #[tokio::test]
+    async fn a_run_cut_while_its_sub_agent_works_leaves_nothing_kept() {
+        let asked = Arc::new(tokio::sync::Notify::new());
+        let model = |name: &'static str| {
+            let model = Arc::new(Stalling { name, asked: asked.clone() });
+            (name.to_owned(), model as Arc<dyn Model>)
+        };
+        let models = BTreeMap::from([model("parent"), model("child")]);
+        let mut definitions = AgentDefinitions::default();
+        let parent = AgentConfig {
+            model: "parent".into(),
+            agents: vec!["child".into()],
+            token_budget: Some(100_000),
+            ..AgentConfig::default()
+        };
+        let child =
+            AgentConfig { model: "child".into(), description: "Works".into(), ..parent.clone() };
+        definitions.agents.insert("parent".into(), parent);
+        definitions.agents.insert("child".into(), AgentConfig { agents: Vec::new(), ..child });
+        let agents = Agents::new(definitions, models).expect("valid agents");
+        let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
+            .provider(agents.provider())
+            .build()
+            .expect("an orchestrator");
+        agents.attach(&orchestrator);
+        assert!(orchestrator.warmup().await.is_ok());
+        let ctx = CallContext::new();
+        let run = agents.run("parent", "go", &ctx);
+        let cut = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            tokio::select! {
+                report = run => panic!("the run ended: {report:?}"),
+                () = asked.notified() => {}
+            }
+        });
+        cut.await.expect("the sub-agent's model is asked within 30 s");
+        assert!(agents.inner.sub_figures.is_empty(), "{:?}", agents.inner.sub_figures);
+        assert!(agents.inner.budgets.is_empty(), "{:?}", agents.inner.budgets);
+        orchestrator.cleanup().await;
     }
 }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
-use toolmux_core::{CallContext, ContentPart, Progress, ToolCall, ToolSpec};
+use toolmux_core::{CallContext, ContentPart, Op, Progress, ToolCall, ToolSpec};
 use toolmux_llm::{
     ContextOverflow, ImagePart, Message, Model, ModelDelta, ModelError, ModelRequest,
     ModelResponse, ModelToolCall, StopReason, ToolChoice, ToolDefinition, ToolResultMessage, Usage,
@@ -341,6 +341,7 @@ impl Session<'_> {
     /// Works on `task` until the session ends; a resumed session (no task) goes on with the
     /// calls its conversation ends with.
     pub(crate) async fn run(&self, task: Option<String>) -> SessionEnd {
+        let _budget_ends = self.budgets.end_with(&self.ctx);
         let (mut tools, mut names, mut ends_turn) = self.tools();
         // Deferred tools an earlier part of the conversation found and called stay offered.
         for message in self.history {
@@ -596,7 +597,7 @@ impl Session<'_> {
                     if let Some(usage) = e.usage() {
                         figures.usage += usage;
                         self.budgets.spend(&self.ctx, usage.total());
-                        self.sub_figures.spend(&self.ctx, usage, 0);
+                        self.sub_figures.spend(self.ctx.op(), (usage, 0, 0));
                     }
                     // Stopped short of a turn (the model failed while writing, or wrote a
                     // call the API could not read): usually transient, so the turn is asked
@@ -681,7 +682,7 @@ impl Session<'_> {
             };
             figures.usage += answer.usage;
             self.budgets.spend(&self.ctx, answer.usage.total());
-            self.sub_figures.spend(&self.ctx, answer.usage, 0);
+            self.sub_figures.spend(self.ctx.op(), (answer.usage, 0, 0));
             // Asked for once: from the next turn on, the status the model records decides.
             let only_report =
                 std::mem::replace(&mut finalizing, Finalizing::No) == Finalizing::OnlyReport;
@@ -968,7 +969,6 @@ impl Session<'_> {
         transcript: Vec<Message>,
         arrived: VecDeque<Value>,
     ) -> SessionEnd {
-        self.budgets.end(&self.ctx);
         if !arrived.is_empty() {
             tracing::debug!(target: "toolmux::agent", agent = self.name, unread = arrived.len(),
                 "the session ends with results its model did not read");
@@ -1020,6 +1020,12 @@ impl Session<'_> {
             let counted = !own.contains(&call.name.as_str());
             figures.tool_calls += u32::from(counted && outcome.ran) + outcome.calls;
             figures.refused_calls += u32::from(counted && !outcome.ran) + outcome.refused;
+            // Counted as refused: should the orchestrator cut a run this session is a
+            // sub-agent's, its caller still counts the refusal (a sub-agent's own are
+            // counted by its session, a batch's by the batch).
+            if counted && !outcome.ran {
+                self.sub_figures.spend(self.ctx.op(), (Usage::default(), 0, 1));
+            }
             figures.usage += outcome.usage;
             results.push(outcome.result);
             effects.push(outcome.effect);
@@ -1368,7 +1374,12 @@ impl Session<'_> {
         let ctx = self.ctx.child();
         // Counted as it starts: should the orchestrator cut a run this session is a
         // sub-agent's (its call's timeout), its caller still counts the call.
-        self.sub_figures.spend(&self.ctx, Usage::default(), 1);
+        self.sub_figures.spend(self.ctx.op(), (Usage::default(), 1, 0));
+        // Whatever becomes of the session while it waits, what is kept for it goes.
+        let awaited = match name.starts_with("agent__") {
+            true => self.sub_figures.await_call(&self.ctx, &call.id),
+            false => None,
+        };
         let (result, images) = self
             .orchestrator
             .execute_with_images(ToolCall::new(name, arguments).with_id(call.id.clone()), &ctx)
@@ -1377,10 +1388,7 @@ impl Session<'_> {
             // The figures the sub-agent's run left, whatever became of its report; a
             // report from elsewhere (an agent's run this session did not see start) says
             // its own.
-            self.sub_figures
-                .take(&self.ctx, &call.id)
-                .or_else(|| usage_in(&result.extras))
-                .unwrap_or_default()
+            awaited.and_then(Awaited::take).or_else(|| usage_in(&result.extras)).unwrap_or_default()
         } else {
             (Usage::default(), 0, 0)
         };
@@ -1520,6 +1528,9 @@ impl Session<'_> {
             usage += outcome.usage;
             calls += u32::from(outcome.ran) + outcome.calls;
             refused += u32::from(!outcome.ran) + outcome.refused;
+            if !outcome.ran {
+                self.sub_figures.spend(self.ctx.op(), (Usage::default(), 0, 1));
+            }
             if let Effect::EndsTurn(text) = outcome.effect {
                 effect = Effect::EndsTurn(text);
             }
@@ -1742,8 +1753,9 @@ pub(crate) struct SubFigures(Mutex<Kept>);
 /// What [`SubFigures`] keeps.
 #[derive(Debug, Default)]
 struct Kept {
-    /// The figures, by the calling session's operation and the call's id.
-    figures: HashMap<(u64, String), Figures>,
+    /// The figures, by the calling session's operation and the call's id: none while the
+    /// session waits for a run that has not started.
+    figures: HashMap<(u64, String), Option<Figures>>,
     /// The runs under way that a session called, by their operation: where what they
     /// spend goes.
     running: HashMap<u64, (u64, String)>,
@@ -1764,56 +1776,123 @@ impl SubFigures {
         Some((caller.id(), call_id.to_owned()))
     }
 
-    /// Starts keeping the figures of the sub-agent run that `ctx` (the context of its
-    /// call) makes, counting what it spends from now on ([`SubFigures::spend`]).
-    pub(crate) fn start(&self, ctx: &CallContext) {
-        let (Some(key), Some(op)) = (Self::key(ctx), ctx.op()) else { return };
-        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        kept.figures.insert(key.clone(), Figures::default());
-        kept.running.insert(op.id(), key);
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts keeping, for call `call_id` of `ctx`'s session (a call of an agent), the
+    /// figures of the run it makes; the guard takes them ([`Awaited::take`]), and forgets
+    /// them when dropped untaken (the session was cut while it waited), so that nothing is
+    /// left behind in a process that lives long.
+    fn await_call(&self, ctx: &CallContext, call_id: &str) -> Option<Awaited<'_>> {
+        let key = (ctx.op()?.id(), call_id.to_owned());
+        self.lock().figures.insert(key.clone(), None);
+        Some(Awaited { sub_figures: self, key })
+    }
+
+    /// Counts what the sub-agent run that `ctx` (the context of its call) makes spends
+    /// from now on ([`SubFigures::spend`]), if the session that called it awaits its
+    /// figures; the guard stops counting when dropped, however the run ends.
+    pub(crate) fn start(&self, ctx: &CallContext) -> Running<'_> {
+        let op = ctx.op().map(|op| op.id());
+        if let (Some(key), Some(op)) = (Self::key(ctx), op) {
+            let mut kept = self.lock();
+            if let Some(figures) = kept.figures.get_mut(&key) {
+                figures.get_or_insert_default();
+                kept.running.insert(op, key);
+            }
+        }
+        Running { sub_figures: self, op }
     }
 
     /// Keeps the figures of `report`, the report of the sub-agent run `ctx` (the context
     /// of its call) made, for the session that called it, in place of what was counted as
-    /// it ran: the report's are whole.
+    /// it ran: the report's are whole. Nothing is kept for a session no longer waiting.
     pub(crate) fn record(&self, ctx: &CallContext, report: &AgentReport) {
         let Some(key) = Self::key(ctx) else { return };
-        let figures = (report.usage, report.tool_calls, report.refused_calls);
-        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = self.lock();
         if let Some(op) = ctx.op() {
             kept.running.remove(&op.id());
         }
-        kept.figures.insert(key, figures);
+        if let Some(figures) = kept.figures.get_mut(&key) {
+            *figures = Some((report.usage, report.tool_calls, report.refused_calls));
+        }
     }
 
-    /// Counts `usage` and `calls` (that ran) that the session of `ctx` just spent in the
-    /// figures of every sub-agent run under way it is part of: its own, if a session
-    /// called it, and those of the agents above it.
-    fn spend(&self, ctx: &CallContext, usage: Usage, calls: u32) {
-        let Some(op) = ctx.op() else { return };
-        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+    /// Counts `spent` (tokens, calls that ran, calls refused) that the agent of operation
+    /// `op` just spent (its session, or its model answering its tools' sampling requests)
+    /// in the figures of every sub-agent run under way it is part of: its own, if a
+    /// session called it, and those of the agents above it.
+    pub(crate) fn spend(&self, op: Option<&Arc<Op>>, spent: Figures) {
+        let Some(op) = op else { return };
+        let mut kept = self.lock();
         if kept.running.is_empty() {
             return;
         }
         let Kept { figures, running } = &mut *kept;
         for above in std::iter::once(&**op).chain(op.ancestors()) {
             let Some(key) = running.get(&above.id()) else { continue };
-            if let Some(figures) = figures.get_mut(key) {
-                figures.0 += usage;
-                figures.1 = figures.1.saturating_add(calls);
+            if let Some(Some(figures)) = figures.get_mut(key) {
+                figures.0 += spent.0;
+                figures.1 = figures.1.saturating_add(spent.1);
+                figures.2 = figures.2.saturating_add(spent.2);
             }
         }
     }
 
-    /// The figures of the sub-agent that call `call_id` of `ctx`'s session ran, taken out:
-    /// those of its report, or what it spent until it was cut.
-    fn take(&self, ctx: &CallContext, call_id: &str) -> Option<Figures> {
-        let op = ctx.op()?;
-        let key = (op.id(), call_id.to_owned());
-        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        // A run that was cut is still listed as under way.
-        kept.running.retain(|_, running| *running != key);
-        kept.figures.remove(&key)
+    /// The figures kept under `key`, taken out: those of its report, or what its run
+    /// spent until it was cut; none when no run started for it here.
+    fn take(&self, key: &(u64, String)) -> Option<Figures> {
+        let mut kept = self.lock();
+        // A run that was cut may still be listed as under way.
+        kept.running.retain(|_, running| running != key);
+        kept.figures.remove(key).flatten()
+    }
+
+    /// Whether nothing is kept: no run is under way, no session waits for figures.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        let kept = self.lock();
+        kept.figures.is_empty() && kept.running.is_empty()
+    }
+}
+
+/// A session's wait for the figures of the sub-agent run one of its calls makes
+/// ([`SubFigures::await_call`]).
+#[derive(Debug)]
+struct Awaited<'a> {
+    sub_figures: &'a SubFigures,
+    key: (u64, String),
+}
+
+impl Awaited<'_> {
+    /// The figures of the sub-agent's run: those of its report, or what it spent until it
+    /// was cut; none when no run started for it here (refused before it ran, or run
+    /// elsewhere, whose output says its own).
+    fn take(self) -> Option<Figures> {
+        self.sub_figures.take(&self.key)
+    }
+}
+
+impl Drop for Awaited<'_> {
+    fn drop(&mut self) {
+        self.sub_figures.take(&self.key);
+    }
+}
+
+/// A sub-agent's run under way whose spending counts for the session that called it
+/// ([`SubFigures::start`]).
+#[derive(Debug)]
+pub(crate) struct Running<'a> {
+    sub_figures: &'a SubFigures,
+    op: Option<u64>,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Some(op) = self.op {
+            self.sub_figures.lock().running.remove(&op);
+        }
     }
 }
 
@@ -1851,11 +1930,25 @@ impl Budgets {
         }
     }
 
-    /// Forgets `ctx`'s session.
-    fn end(&self, ctx: &CallContext) {
-        if let Some(op) = ctx.op() {
-            self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&op.id());
+    /// Forgets `ctx`'s session when the guard is dropped, however the session ends (a
+    /// report, or its caller cut it while it ran), so that nothing is left behind in a
+    /// process that lives long.
+    fn end_with<'a>(&'a self, ctx: &CallContext) -> impl Drop + 'a {
+        struct Forget<'a>(&'a Budgets, Option<u64>);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                if let Some(op) = self.1 {
+                    self.0.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&op);
+                }
+            }
         }
+        Forget(self, ctx.op().map(|op| op.id()))
+    }
+
+    /// Whether no session's budget is kept.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
     }
 }
 

@@ -1436,6 +1436,45 @@ async fn a_sub_agent_cut_at_its_timeout_leaves_its_figures_to_its_caller() {
     assert_eq!(report.tool_calls, 3, "{report:?}");
 }
 
+/// A sub-agent the orchestrator cuts at its call's timeout also leaves its caller the
+/// tokens its model spent answering its tools' sampling requests and the calls it refused,
+/// which counted only with a report before (usage 300/30 and no refused call).
+#[tokio::test(start_paused = true)]
+async fn a_cut_sub_agent_leaves_its_sampling_tokens_and_refusals_to_its_caller() {
+    let settings = toolmux_orchestrator::ToolSettings::default()
+        .with_timeout(std::time::Duration::from_millis(200))
+        .with_progress_reset(std::time::Duration::from_secs(10));
+    let config = OrchestratorConfig::default().with_provider_settings("agent", settings);
+    // A turn that samples and calls a tool that does not exist, the sampling's answer,
+    // then no answer: cut 200 ms later.
+    let child = Arc::new(ScriptedModel {
+        hang_when_done: true,
+        ..ScriptedModel::new("small")
+            .calls(vec![("sampler__ask", json!({})), ("mock__nope", json!({}))])
+            .then(|_| Ok(used(ModelResponse::text("teal"))))
+    });
+    let parent = Arc::new(
+        ScriptedModel::new("big")
+            .calls(vec![("agent__child", json!({"prompt": "work"}))])
+            .report("partial", "the child timed out"),
+    );
+    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
+        ("big".to_owned(), parent.clone() as Arc<dyn Model>),
+        ("small".to_owned(), child.clone() as Arc<dyn Model>),
+    ]);
+    let mock = Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![mock, Arc::new(Sampler)];
+    let (agents, _o) = start_agents_with(config, parent_and_child(None), models, providers).await;
+    let report = agents.run("parent", "go", &CallContext::new()).await.unwrap();
+    assert_eq!(child.requests().len(), 3, "{report:?}");
+    let told = format!("{:?}", parent.requests()[1].messages.last());
+    assert!(told.contains("timeout"), "{told}");
+    // The parent's two turns, the child's one and its sampling answer.
+    assert_eq!(report.usage, Usage::new(400, 40), "{report:?}");
+    // The agent's call and the child's sampling tool; the child's call of no tool.
+    assert_eq!((report.tool_calls, report.refused_calls), (2, 1), "{report:?}");
+}
+
 /// A sub-agent's tokens and calls count in its caller's figures also when its report is
 /// refused on its way back (here over the run's `contextTokenBudget`), where they went
 /// with the report.
