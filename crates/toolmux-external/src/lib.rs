@@ -18,7 +18,8 @@
 //!   HTTP request made inline, its response the result: this crate makes no request
 //!   itself but hands such calls, by the same name, to the provider given with
 //!   [`ExternalProvider::with_http`] (the facade's inline REST tools, built from
-//!   [`Execution`]). `isAsync` does not apply to them.
+//!   [`Execution`]). `isAsync: true` beside a URL is ignored, as the seeds' decision flow
+//!   looks at the URL first ([`ExternalToolConfig::warning`] says so).
 //!
 //! Three tools of the provider serve the other side and the inbox:
 //!
@@ -134,7 +135,8 @@ pub struct ExternalToolConfig {
     /// an internal one with a `url` is made so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution: Option<Execution>,
-    /// Return `{"status": "pending"}` at once; the result goes to the run's inbox.
+    /// Return `{"status": "pending"}` at once; the result goes to the run's inbox. Ignored
+    /// beside `execution.url` (a warning says so): the request answers the call inline.
     #[serde(default)]
     pub is_async: bool,
     /// How long a synchronous call waits for its result, in milliseconds (default 30000).
@@ -157,6 +159,20 @@ impl ExternalToolConfig {
         url.filter(|_| self.execution_type != ExecutionType::Internal)
     }
 
+    /// What tool `name`'s configuration says that is not done, for the configuration's
+    /// warnings: `isAsync: true` beside `execution.url`, which the seeds' decision flow
+    /// looks at after the URL, so the call is the HTTP request, answered inline (as the
+    /// seeds' own first example, `confirmAction`, has it).
+    pub fn warning(&self, name: &str) -> Option<String> {
+        (self.url().is_some() && self.is_async).then(|| {
+            format!(
+                "externalTools.{name}: `isAsync: true` is ignored: a tool with `execution.url` \
+                 is answered inline by its HTTP request; remove `isAsync`, or `execution` for \
+                 a result submitted later"
+            )
+        })
+    }
+
     /// What is wrong with the `execution` of tool `name`, if anything.
     fn check_execution(&self, name: &str) -> Result<(), String> {
         if self.execution_type == ExecutionType::Internal && self.execution.is_some() {
@@ -168,12 +184,6 @@ impl ExternalToolConfig {
         if self.execution_type == ExecutionType::Gateway && self.url().is_none() {
             return Err(format!(
                 "`{name}`: `executionType: gateway` makes an HTTP request; add `execution.url`"
-            ));
-        }
-        if self.url().is_some() && self.is_async {
-            return Err(format!(
-                "`{name}`: a tool with `execution.url` is answered inline by its HTTP request; \
-                 remove `isAsync: true`"
             ));
         }
         if self.execution.is_some() && self.url().is_none() {
@@ -244,7 +254,12 @@ impl ExternalProvider {
                 ));
             }
             tool.check_execution(name)?;
-            if named.insert(local.clone(), tool.clone()).is_some() {
+            // The URL comes first (`ExternalToolConfig::warning`): the call is the request.
+            let tool = ExternalToolConfig {
+                is_async: tool.is_async && tool.url().is_none(),
+                ..tool.clone()
+            };
+            if named.insert(local.clone(), tool).is_some() {
                 return Err(format!("two external tools are both named `{local}`"));
             }
         }

@@ -547,13 +547,15 @@ fn the_seeds_gateway_tool_parses() {
 
 /// A tool with `execution.url` (`gateway`, or another type but `internal`) is listed as
 /// configured and its calls go to the delegate by the same name, with the `visible` extra
-/// added; nothing waits in the store.
+/// added; nothing waits in the store, not even for a tool saying `isAsync: true` (the URL
+/// comes first, as in the seeds' decision flow).
 #[tokio::test]
 async fn url_tools_are_handed_to_the_http_delegate() {
     let http = Arc::new(HttpDouble::default());
     let store = Arc::new(MemoryPendingStore::default());
     let quiet = ExternalToolConfig {
         visible: Some(false),
+        is_async: true,
         ..with_url(ExecutionType::Space, Some("http://127.0.0.1:9/x"))
     };
     let tools = BTreeMap::from([
@@ -621,12 +623,6 @@ fn execution_mistakes_name_the_tool() {
         one("chart", internal),
         "`chart`: an `internal` tool executes nothing; remove `execution` or choose \
          `executionType: gateway`"
-    );
-    let asynchronous =
-        ExternalToolConfig { is_async: true, ..with_url(ExecutionType::Space, Some("http://h/")) };
-    assert_eq!(
-        one("confirm", asynchronous),
-        "`confirm`: a tool with `execution.url` is answered inline by its HTTP request; remove `isAsync: true`"
     );
     assert_eq!(
         one("job", with_url(ExecutionType::External, None)),

@@ -501,6 +501,11 @@ fn load_text(
 
     let mut warnings: Vec<String> =
         config.hooks.warnings().into_iter().map(|w| format!("{shown}: {w}")).collect();
+    #[cfg(feature = "external")]
+    for (name, tool) in &config.external_tools {
+        let warning = tool.warning(&words::printable(name));
+        warnings.extend(warning.map(|w| format!("{shown}: {w}")));
+    }
     #[cfg(feature = "mcp")]
     for (name, entry) in &mut config.mcp_servers {
         entry.read_apps_keys(&format!("{shown}: mcpServers.{name}"), &mut warnings);
