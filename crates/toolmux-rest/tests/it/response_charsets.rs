@@ -2,9 +2,7 @@
 //! by the charset their `Content-Type` names (or their byte order mark), JSON included.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{Reply, serve};
+use crate::common::{Reply, serve};
 use serde_json::{Value, json};
 use toolmux_core::{CallContext, ContentPart, ToolProvider};
 use toolmux_rest::{RestProvider, RestToolConfig};

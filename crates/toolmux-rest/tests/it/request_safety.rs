@@ -3,9 +3,7 @@
 //! another origin, or have misspelled arguments dropped silently.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{Reply, keeping_server, serve};
+use crate::common::{Reply, keeping_server, serve};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -4,9 +4,7 @@
 //! rules.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{Reply, SeenRequest, check_tools, npm_file, serve};
+use crate::common::{Reply, SeenRequest, check_tools, npm_file, serve};
 use expect_test::{Expect, expect};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};

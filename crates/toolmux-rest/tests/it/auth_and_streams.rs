@@ -2,9 +2,7 @@
 //! credentials with its token cache and refresh), NDJSON progress and multipart bodies.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{Reply, SeenRequest, serve};
+use crate::common::{self, Reply, SeenRequest, serve};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,9 +2,7 @@
 //! address policy (loopback refused unless allowed, redirects checked), and Tavily's
 //! search API as a fake speaking its protocol.
 
-mod common;
-
-use common::{Reply, SeenRequest, serve};
+use crate::common::{Reply, SeenRequest, serve};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use toolmux_core::{CallContext, ToolError, ToolOutput, ToolProvider};

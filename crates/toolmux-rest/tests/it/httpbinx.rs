@@ -2,9 +2,7 @@
 //! imported by URL and its operations are called through toolmux.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{Httpbinx, check_tools, count_operations};
+use crate::common::{Httpbinx, check_tools, count_operations};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use toolmux_core::{CallContext, ToolOutput, ToolProvider};

@@ -2,9 +2,7 @@
 //! the examples of `@readme/oas-examples` in Swagger 2.0, OpenAPI 3.0 and 3.1.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{check_tools, count_operations, npm_file};
+use crate::common::{check_tools, count_operations, npm_file};
 use serde_json::Value;
 use toolmux_rest::{OpenApiConfig, RestProvider, Selector};
 

@@ -2,9 +2,7 @@
 //! emits it) and of OpenAPI 3.0's nullable objects, as a loopback server receives them.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{SeenRequest, keeping_server};
+use crate::common::{SeenRequest, keeping_server};
 use serde_json::{Value, json};
 use std::sync::Mutex;
 use toolmux_core::{CallContext, ToolProvider};

@@ -5,9 +5,7 @@
 //! 64 MiB at most).
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{Reply, keeping_server, serve};
+use crate::common::{Reply, keeping_server, serve};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::{Arc, Mutex};

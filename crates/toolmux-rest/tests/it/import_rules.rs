@@ -1,13 +1,12 @@
 //! The mapping rules of the OpenAPI import, one small document each.
 #![allow(clippy::unwrap_used)]
 
+use crate::common;
 use expect_test::{Expect, expect};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use toolmux_core::{CallContext, ToolProvider};
 use toolmux_rest::{OpenApiConfig, RestProvider};
-
-mod common;
 
 fn import(doc: Value, config: &OpenApiConfig) -> RestProvider {
     RestProvider::openapi_from_value("api", doc, "api.json", config).unwrap()

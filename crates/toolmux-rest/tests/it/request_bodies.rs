@@ -3,9 +3,7 @@
 //! `deepObject` query parameters, which nest brackets as form fields do.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{SeenRequest, keeping_server};
+use crate::common::{SeenRequest, keeping_server};
 use serde_json::{Value, json};
 use std::sync::Mutex;
 use toolmux_core::{CallContext, ToolProvider};
