@@ -643,12 +643,9 @@ impl Sandbox {
                         tracing::warn!(folder = %folder.display(), "a folder of toolmux's to hide from commands could not be made: {e}");
                     }
                 }
-                if let Some((configured, dir)) = &self.spill_dir
-                    && std::fs::symlink_metadata(dir)
-                        .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-                    && let Err(why) = crate::tools::spill::directory(configured.as_deref())
-                {
-                    tracing::warn!(folder = %dir.display(), "the spill directory could not be made again for commands to find it read-only: {why}");
+                if let Some((configured, dir)) = &self.spill_dir {
+                    remake_spill_dir(configured.is_some(), dir)
+                        .map_err(|reason| FsError::Sandbox { command: label.to_owned(), reason })?;
                 }
                 let joined = |own: &[PathBuf], theirs: &[PathBuf]| -> Vec<PathBuf> {
                     own.iter().chain(theirs).cloned().collect()
@@ -678,6 +675,47 @@ impl Sandbox {
             }
         }
     }
+}
+
+/// Makes the spill directory `dir` (absolute, symlinks resolved when the sandbox was made;
+/// `configured` where `bash.spillDir` named it) again where it has gone since, for the
+/// next command to find it read-only. A symlink found in its place was put there since
+/// (a command that could write the folder above it, once something else removed the
+/// directory): spills would follow it and write wherever it leads, so it is removed and
+/// the directory made, with no symlink followed on the way ([`make_folder`]). A directory
+/// that cannot be made is reported, and the next spill says why; one that is a symlink
+/// even so (put back in between) refuses the command, naming it.
+fn remake_spill_dir(configured: bool, dir: &Path) -> Result<(), String> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(found) if found.file_type().is_symlink() => {
+            tracing::warn!(folder = %dir.display(), "a symlink in place of the spill directory is removed and the directory made again");
+            if let Err(e) = std::fs::remove_file(dir) {
+                tracing::warn!(folder = %dir.display(), "the symlink in place of the spill directory could not be removed: {e}");
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        _ => return Ok(()),
+    }
+    // This user's own directory is made and checked as a spill makes it (no symlink
+    // followed, owner and mode checked); a configured one is the user's folder, made
+    // without following a symlink on its way.
+    let made = if configured {
+        make_folder(dir).map_err(|e| e.to_string())
+    } else {
+        crate::tools::spill::directory(None).map(drop)
+    };
+    if let Err(why) = made {
+        tracing::warn!(folder = %dir.display(), "the spill directory could not be made again for commands to find it read-only: {why}");
+    }
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(format!(
+            "the spill directory `{}` is a symbolic link put in place of the directory, \
+             which toolmux does not follow; remove the link, and the directory is made \
+             again before the next command",
+            dir.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Makes the folder `path` (absolute, symlinks resolved when the sandbox was made) and

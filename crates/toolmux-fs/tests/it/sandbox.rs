@@ -820,6 +820,29 @@ async fn a_spill_directory_removed_while_serving_is_made_again_read_only() {
     assert_spills_read_only(&fs, &spill).await;
 }
 
+/// A symlink put in place of a spill directory that was removed (by a command that could
+/// write the folder above it) is not followed when the directory is made again before the
+/// next command: the link is removed and the directory made, so spills do not go where
+/// it leads and the folder is read-only to commands again.
+#[tokio::test]
+async fn a_symlink_in_place_of_a_removed_spill_directory_is_not_followed() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let (_dir, root) = unsandboxed_root();
+    let (_elsewhere_dir, elsewhere) = unsandboxed_root();
+    let (fs, spill) = spill_provider(&root);
+    if kernel == Kernel::None {
+        return;
+    }
+    std::fs::remove_dir_all(&spill).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &spill).unwrap();
+    let text = bash(&fs, "echo x > spill/forged; echo done").await.to_text();
+    assert!(text.contains("done"), "{text}");
+    let made = std::fs::symlink_metadata(&spill).unwrap();
+    assert!(made.is_dir() && !spill.join("forged").exists(), "{text}");
+    assert_spills_read_only(&fs, &spill).await;
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}
+
 /// A command tool's program cannot write the spill directory either, however it is given:
 /// as `bash.spillDir` or through [`CommandTools::with_spill_dir`] once the tools are made
 /// (their sandbox was made then), so a program cannot rewrite an output saved there
