@@ -14,9 +14,6 @@ pub(crate) const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 #[cfg(test)]
 pub(crate) const LOCK_TIMEOUT: Duration = Duration::from_millis(300);
 
-/// How often a waiting change tries the lock again.
-const LOCK_RETRY: Duration = Duration::from_millis(5);
-
 /// Held while a change is made; the lock is released when it is dropped.
 #[derive(Debug)]
 pub(crate) struct Lock {
@@ -52,6 +49,8 @@ pub(crate) fn lock_file(at: &Path, provider: &str) -> Result<File, ToolError> {
 
 /// Takes the lock of `file` if no other holder has it: `Ok(None)` when another has.
 pub(crate) fn try_lock(file: &File, at: &Path, provider: &str) -> Result<Option<()>, ToolError> {
+    #[cfg(test)]
+    tests::TRIES.set(tests::TRIES.get() + 1);
     match file.try_lock() {
         Ok(()) => Ok(Some(())),
         Err(std::fs::TryLockError::WouldBlock) => Ok(None),
@@ -86,30 +85,62 @@ pub(crate) fn lock_within(
     let within = within.min(LOCK_TIMEOUT);
     let at = dir.join(".lock");
     let file = lock_file(&at, provider)?;
-    let started = std::time::Instant::now();
-    loop {
-        if try_lock(&file, &at, provider)?.is_some() {
-            let lock = Lock { file };
-            for sub in subfolders {
-                let sub = dir.join(sub);
-                if !sub.is_dir() {
-                    make_dir(&sub, what).map_err(|message| ToolError::Other {
-                        provider: provider.into(),
-                        message,
-                        source: None,
-                    })?;
-                }
-            }
-            // A change a process killed midway left is completed (or discarded) before
-            // anything is read or changed.
-            crate::journal::recover(dir, provider)?;
-            return Ok(lock);
+    let taken = try_lock(&file, &at, provider)?.is_some()
+        || !within.is_zero() && wait_for_lock(&file, &at, provider, within)?;
+    if !taken {
+        return Err(locked(dir, what, provider, within));
+    }
+    let lock = Lock { file };
+    for sub in subfolders {
+        let sub = dir.join(sub);
+        if !sub.is_dir() {
+            make_dir(&sub, what).map_err(|message| ToolError::Other {
+                provider: provider.into(),
+                message,
+                source: None,
+            })?;
         }
-        let waited = started.elapsed();
-        if waited >= within {
-            return Err(locked(dir, what, provider, within));
-        }
-        std::thread::sleep(LOCK_RETRY.min(within - waited));
+    }
+    // A change a process killed midway left is completed (or discarded) before anything
+    // is read or changed.
+    crate::journal::recover(dir, provider)?;
+    Ok(lock)
+}
+
+/// Waits up to `within` for the lock of `file`, which another holder has: whether it was
+/// taken. The wait is a thread of its own blocked in taking the lock through a copy of
+/// `file`, which the system wakes when the lock is released, rather than a loop trying it
+/// again and again. The lock belongs to the open file that `file` and its copy share, so
+/// it is this caller's once taken; when the wait ends first, the thread stays blocked until
+/// the other holder releases the lock and then closes its copy, which releases the lock
+/// the moment `file` is closed too.
+fn wait_for_lock(
+    file: &File,
+    at: &Path,
+    provider: &str,
+    within: Duration,
+) -> Result<bool, ToolError> {
+    let copy = file.try_clone().map_err(|e| failure(provider, at, &e))?;
+    let (taken, told) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("toolmux-lock-wait".into())
+        .spawn(move || {
+            // No one may be listening any more: then `copy` is closed here unheard.
+            let _ = taken.send(copy.lock());
+        })
+        .map_err(|e| failure(provider, at, &e))?;
+    match told.recv_timeout(within) {
+        Ok(Ok(())) => Ok(true),
+        Ok(Err(e)) => Err(failure(provider, at, &e)),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Ok(false),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(ToolError::Other {
+            provider: provider.into(),
+            message: format!(
+                "the thread waiting for lock file `{}` ended without an answer",
+                at.display()
+            ),
+            source: None,
+        }),
     }
 }
 
@@ -222,6 +253,68 @@ pub(crate) fn decode(file: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    thread_local! {
+        /// How many times [`try_lock`] was called on this thread.
+        pub(super) static TRIES: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// The folder's lock file opened and locked apart from [`lock_blocking`], as another
+    /// process holds it.
+    fn hold(dir: &Path) -> File {
+        let file = lock_file(&dir.join(".lock"), "t").unwrap();
+        file.lock().unwrap();
+        file
+    }
+
+    /// Changes waiting for the lock sleep until it is released, trying it once rather than
+    /// every few milliseconds, and then take it one at a time.
+    #[test]
+    fn waiting_changes_take_the_lock_in_turn_when_it_is_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let holder = hold(dir.path());
+        let held = Arc::new(AtomicBool::new(false));
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let (dir, held) = (dir.path().to_owned(), held.clone());
+                std::thread::spawn(move || {
+                    let lock = lock_blocking(&dir, "test", "t", &[]).unwrap();
+                    assert!(!held.swap(true, Ordering::SeqCst), "the lock is held once");
+                    std::thread::sleep(Duration::from_millis(5));
+                    held.store(false, Ordering::SeqCst);
+                    drop(lock);
+                    TRIES.get()
+                })
+            })
+            .collect();
+        std::thread::sleep(LOCK_TIMEOUT / 2);
+        drop(holder);
+        for waiter in waiters {
+            assert_eq!(waiter.join().unwrap(), 1, "each waiter tried the lock once");
+        }
+    }
+
+    /// A change that gave up waiting names the lock file, and the lock it would have taken
+    /// had the wait gone on is released as soon as it comes.
+    #[test]
+    fn a_change_that_stops_waiting_leaves_the_lock_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let holder = hold(dir.path());
+        let e = lock_within(dir.path(), "test", "t", &[], Duration::from_millis(50))
+            .unwrap_err()
+            .to_string();
+        let at = dir.path().join(".lock");
+        assert!(e.contains("stayed locked") && e.contains(&at.display().to_string()), "{e}");
+        assert!(e.contains("for 50 ms"), "{e}");
+        drop(holder);
+        // Taken again and again: the wait given up, once it takes the lock, lets it go.
+        for _ in 0..2 {
+            drop(lock_blocking(dir.path(), "test", "t", &[]).unwrap());
+        }
+    }
 
     #[test]
     fn names_survive_the_file_system() {
