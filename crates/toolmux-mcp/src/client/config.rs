@@ -136,7 +136,8 @@ pub struct McpServerConfig {
     /// (default 60000).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_timeout_ms: Option<u64>,
-    /// The longest wait for the server to start and answer its handshake (default 30000).
+    /// The longest wait for the server to start and answer its handshake, the package's
+    /// malware check before a stdio server's start (`malwareCheck`) included (default 30000).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub startup_timeout_ms: Option<u64>,
     /// Whether the server is used at all (default true).

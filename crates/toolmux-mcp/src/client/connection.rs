@@ -246,7 +246,8 @@ const RETRY_REAP_WAIT: Duration = Duration::from_secs(2);
 /// messages is given up on, at most (see [`connect`]).
 const NOISE_MARGIN: Duration = Duration::from_millis(100);
 
-/// Starts the transport and runs the handshake, within the startup timeout.
+/// Checks the package (see [`screen`]), starts the transport and runs the handshake, all
+/// within the startup timeout.
 pub(crate) async fn connect(
     server: &str,
     config: &McpServerConfig,
@@ -258,9 +259,28 @@ pub(crate) async fn connect(
 ) -> Result<Connection, McpError> {
     let shut_down = || McpError::ShutDown { server: server.to_owned() };
     let began = tokio::time::Instant::now();
+    // A person approving in a browser has the authorization timeout on top.
+    let startup = config.startup_timeout()
+        + http.and_then(|h| h.oauth.as_ref()).map_or(Duration::ZERO, |o| o.approval_time());
+    // The malware check is part of the start: the startup timeout counts from before it,
+    // so that a slow OSV (up to its own timeout) does not stretch the configured budget.
+    let deadline = began + startup;
     if kind == TransportKind::Stdio && config.malware_check != Some(false) {
         tokio::select! {
-            screened = screen(server, config) => screened?,
+            screened = tokio::time::timeout_at(deadline, screen(server, config)) => match screened {
+                Ok(screened) => screened?,
+                Err(_) => return Err(McpError::Connect {
+                    server: server.to_owned(),
+                    transport: kind.as_str(),
+                    source: format!(
+                        "the package's malware check (OSV) took the whole startup timeout of \
+                         {}ms; raise `startupTimeoutMs`, or set `malwareCheck: false` to start \
+                         it unchecked",
+                        startup.as_millis()
+                    )
+                    .into(),
+                }),
+            },
             () = shutdown.cancelled() => return Err(shut_down()),
         }
     }
@@ -276,9 +296,6 @@ pub(crate) async fn connect(
     let retry_fault = Fault::default();
     let mut retried = false;
     let mut process = None;
-    // A person approving in a browser has the authorization timeout on top.
-    let startup = config.startup_timeout()
-        + http.and_then(|h| h.oauth.as_ref()).map_or(Duration::ZERO, |o| o.approval_time());
     let mode = config.protocol.unwrap_or_default();
     let attempt = async {
         let first = start(server, config, kind, http, events, &fault, &mut process, mode).await;
@@ -349,7 +366,7 @@ pub(crate) async fn connect(
     // timeout won the race and said only that the server did not start.
     let noisy = async {
         let margin = (startup / 100).min(NOISE_MARGIN);
-        tokio::time::sleep_until(began + startup.saturating_sub(margin)).await;
+        tokio::time::sleep_until(deadline - margin).await;
         if fault.noise().is_none() {
             std::future::pending::<()>().await;
         }
@@ -357,7 +374,7 @@ pub(crate) async fn connect(
     let outcome = {
         let attempt = std::pin::pin!(attempt);
         tokio::select! {
-            service = tokio::time::timeout(startup, attempt) => Some(service.ok()),
+            service = tokio::time::timeout_at(deadline, attempt) => Some(service.ok()),
             () = noisy => Some(None),
             () = shutdown.cancelled() => None,
         }

@@ -158,3 +158,28 @@ async fn a_failing_osv_is_not_asked_again_at_once() {
     assert!(mark.exists());
     assert_eq!(*asked.lock().expect("not poisoned"), 1);
 }
+
+/// OSV that takes its time (it never answers within its own timeout): the check is part of
+/// the start, so the startup timeout counts from before it and ends the start, the runner
+/// never run, instead of starting the server once OSV's timeout has passed.
+#[tokio::test]
+async fn the_startup_timeout_covers_the_malware_check() {
+    let dir = exec_dir();
+    let (npx, mark) = fake_npx(dir.path());
+    let app = Router::new().route("/v1/query", post(std::future::pending::<&'static str>));
+    let osv = Loopback::serve("osv-slow", app);
+    let url = format!("http://{}", osv.addr);
+    let config = config(&npx, "slow-checked-mcp", &url)
+        .with_startup_timeout(std::time::Duration::from_millis(500));
+    let provider = McpProvider::new("slow", config).expect("valid");
+
+    let error = provider.warmup().await.expect_err("the start ran out of time");
+    let report = error.report();
+    assert!(
+        report.contains("malware check (OSV) took the whole startup timeout of 500ms")
+            && report.contains("`startupTimeoutMs`"),
+        "{report}"
+    );
+    assert!(!mark.exists(), "the runner was started");
+    provider.shutdown().await.expect("stopped");
+}

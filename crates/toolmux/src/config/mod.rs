@@ -691,7 +691,8 @@ pub struct McpServerEntry {
     /// The limit of one call, progress or not, in milliseconds (default ten times the wait).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_total_time_ms: Option<u64>,
-    /// The longest wait for the server to start (default 30000).
+    /// The longest wait for the server to start, the package's malware check
+    /// (`malwareCheck`) before a stdio server starts included (default 30000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_timeout_ms: Option<u64>,
     /// Whether the server is used at all (default true).
