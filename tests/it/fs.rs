@@ -96,3 +96,68 @@ async fn by_default_a_read_page_fits_the_orchestrators_output_cap() {
     assert!(text.contains("xxxxxxxxxx"), "{}", &text[..200.min(text.len())]);
     orchestrator.cleanup().await;
 }
+
+/// Callers and hooks written against the seed engine's argument names (`filePath`,
+/// `oldString`, `newString`, `replaceAll`, `context`, `headLimit`) or Claude Code's
+/// `file_path` pass the orchestrator's validation and reach the tools, though the schemas
+/// models see list only toolmux's names.
+#[tokio::test]
+async fn the_seed_s_argument_names_pass_the_pipeline() {
+    let root = tempfile::tempdir().expect("a temporary directory");
+    let toolmux = build("fs: {permissions: [read, write]}\n", root.path()).await;
+    let orchestrator = toolmux.orchestrator();
+    let ctx = CallContext::new();
+    let call = |name: &str, arguments: serde_json::Value| ToolCall::new(name, arguments);
+    let result = orchestrator
+        .execute(
+            call("fs__write", serde_json::json!({"filePath": "a.txt", "content": "one\none\n"})),
+            &ctx,
+        )
+        .await;
+    assert!(result.ok, "{result:?}");
+    let result = orchestrator
+        .execute(call("fs__read", serde_json::json!({"file_path": "a.txt"})), &ctx)
+        .await;
+    assert!(result.ok, "{result:?}");
+    let result = orchestrator
+        .execute(
+            call(
+                "fs__edit",
+                serde_json::json!({"filePath": "a.txt", "oldString": "one", "newString": "two", "replaceAll": true}),
+            ),
+            &ctx,
+        )
+        .await;
+    assert!(result.ok, "{result:?}");
+    assert_eq!(std::fs::read_to_string(root.path().join("a.txt")).expect("a.txt"), "two\ntwo\n");
+    let result = orchestrator
+        .execute(
+            call(
+                "fs__grep",
+                serde_json::json!({"pattern": "two", "output_mode": "content", "context": 1, "headLimit": 1}),
+            ),
+            &ctx,
+        )
+        .await;
+    assert!(result.ok, "{result:?}");
+    let text = result.result.unwrap_or_default();
+    assert!(text.starts_with("a.txt:1:two") && !text.contains("a.txt:2:two"), "{text}");
+    // An alias beside its name with another value is refused, naming both.
+    let result = orchestrator
+        .execute(
+            call(
+                "fs__write",
+                serde_json::json!({"path": "a.txt", "file_path": "b.txt", "content": ""}),
+            ),
+            &ctx,
+        )
+        .await;
+    let error = result.error.unwrap_or_default();
+    assert!(error.contains("`file_path` is another name for `path`"), "{error}");
+    // The schemas shown keep toolmux's names alone.
+    let specs = orchestrator.tools();
+    let edit = specs.iter().find(|s| s.name == "fs__edit").expect("fs__edit listed");
+    let schema = edit.input_schema.to_string();
+    assert!(schema.contains("old_string") && !schema.contains("oldString"), "{schema}");
+    toolmux.shutdown().await.expect("shut down");
+}

@@ -154,6 +154,19 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
         Ok(Vec::new())
     }
 
+
+    /// Renames in `arguments` of `tool` the names the provider accepts besides those of its
+    /// input schema (other programs' names for the same arguments, such as `file_path` for
+    /// `path`) to the schema's names, so that validation, rules on calls, hooks and the cache
+    /// see one spelling; the aliases stay out of the schema shown to models. The orchestrator
+    /// calls it before it validates a call, and again when before-hooks changed the
+    /// arguments (a call relayed as raw text is not renamed). An `Err` says why the
+    /// arguments cannot be read so (an alias and its name given with different values); the
+    /// call is then refused as invalid arguments. The default renames nothing.
+    fn normalize_arguments(&self, tool: &str, arguments: &mut Value) -> Result<(), String> {
+        let _ = (tool, arguments);
+        Ok(())
+    }
     /// Whether what its tools return may depend on the run that calls them, besides the
     /// arguments (state kept per run: a connection or process per run, the files read in
     /// this run), so that a cached output is shared only within one run. `false` (the

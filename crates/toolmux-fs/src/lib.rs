@@ -60,6 +60,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod aliases;
 mod commands;
 mod config;
 mod error;

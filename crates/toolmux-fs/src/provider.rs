@@ -644,7 +644,18 @@ impl ToolProvider for FsProvider {
                 .collect();
             return Err(ToolError::UnknownTool { name: full, suggestions });
         };
+        // The orchestrator has renamed them already; a caller of the provider itself has not.
+        let mut arguments = arguments;
+        crate::aliases::normalize(name, &mut arguments)
+            .map_err(|message| ToolError::invalid_arguments(&full, message))?;
         self.dispatch(tool, arguments, ctx).await.map_err(|e| e.into_tool_error(&full))
+    }
+
+    /// The seed engine's names (`filePath`, `oldString`, `newString`, `replaceAll`,
+    /// `context`, `headLimit`, `outputMode`) and Claude Code's `file_path`, so that callers
+    /// and hooks written for them work unchanged.
+    fn normalize_arguments(&self, tool: &str, arguments: &mut Value) -> Result<(), String> {
+        crate::aliases::normalize(tool, arguments)
     }
 
     async fn shutdown(&self) -> Result<(), ToolError> {

@@ -255,9 +255,9 @@ async fn fifos_are_refused_without_blocking() {
 async fn unknown_arguments_are_refused() {
     let fx = Fixture::new();
     fx.put("a", "x");
-    let err = fx.err("read", json!({"file_path": "a"})).await;
+    let err = fx.err("read", json!({"filename": "a"})).await;
     assert!(
-        err.starts_with("invalid arguments for `fs__read`: at /: unknown field `file_path`"),
+        err.starts_with("invalid arguments for `fs__read`: at /: unknown field `filename`"),
         "{err}"
     );
 }

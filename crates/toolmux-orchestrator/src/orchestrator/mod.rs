@@ -357,6 +357,15 @@ fn by_full_name(entry: &ToolEntry, error: ToolError) -> ToolError {
     }
 }
 
+/// `arguments` with the names the tool's provider accepts besides its schema's renamed to
+/// the schema's ([`ToolProvider::normalize_arguments`]).
+fn normalize(entry: &ToolEntry, arguments: &mut Value) -> Result<(), ToolError> {
+    entry
+        .provider
+        .normalize_arguments(&entry.original, arguments)
+        .map_err(|message| ToolError::invalid_arguments(entry.name.to_string(), message))
+}
+
 /// Where a tool's timeout is set, for the errors that name it.
 const TIMEOUT_SETTING: &str =
     "`tools.NAME.timeout`, else its server's `requestTimeoutMs`, else `defaults.toolTimeout`";
@@ -1890,6 +1899,8 @@ impl Orchestrator {
         op: &Arc<Op>,
         meta: &CallMeta,
     ) -> Result<ToolOutput, ToolError> {
+        let mut arguments = arguments;
+        normalize(entry, &mut arguments)?;
         self.admit(entry, &arguments, ctx).await?;
         // Stages with nothing to do are skipped without building their futures: every future
         // built is moved (copied whole) into this one's state at least once.
@@ -2232,6 +2243,9 @@ impl Orchestrator {
             changed |= before != arguments;
         }
         if changed {
+            // A hook answering with another program's names for the arguments (Claude
+            // Code's `file_path`) is read as the provider reads them.
+            normalize(entry, &mut arguments)?;
             entry.validator.validate(&entry.name, &arguments)?;
             // The rules on calls judge what will run, not what the model asked for.
             if let Permission::Check(rules) = &entry.permission {
