@@ -161,3 +161,38 @@ async fn the_seed_s_argument_names_pass_the_pipeline() {
     assert!(schema.contains("old_string") && !schema.contains("oldString"), "{schema}");
     toolmux.shutdown().await.expect("shut down");
 }
+
+/// A guard pasted from Claude Code, reading `tool_input.file_path`, sees the path of a
+/// file tool's call (toolmux's argument is `path`) and refuses the write it guards against;
+/// before, it read nothing there and let every write through.
+#[tokio::test]
+async fn a_claude_code_guard_reading_file_path_refuses_a_write() {
+    let root = tempfile::tempdir().expect("a temporary directory");
+    std::fs::write(
+        root.path().join("guard.py"),
+        "import json, sys\n\
+         data = json.load(sys.stdin)\n\
+         path = data.get('tool_input', {}).get('file_path') or ''\n\
+         if path.endswith('.env'):\n    \
+             print(f'refusing to write {path}', file=sys.stderr)\n    \
+             sys.exit(2)\n",
+    )
+    .expect("the guard");
+    let yaml = "fs: {permissions: [read, write]}\n\
+                hooks:\n  \
+                  PreToolUse:\n    \
+                    - matcher: fs__write|fs__edit\n      \
+                      hooks: [{type: command, command: python3 guard.py}]\n";
+    let toolmux = build(yaml, root.path()).await;
+    let ctx = CallContext::new();
+    let call =
+        ToolCall::new("fs__write", serde_json::json!({"path": "config/.env", "content": "KEY=1"}));
+    let result = toolmux.orchestrator().execute(call, &ctx).await;
+    let error = result.error.unwrap_or_default();
+    assert!(error.contains("refusing to write config/.env"), "{error}");
+    assert!(!root.path().join("config/.env").exists());
+    let call = ToolCall::new("fs__write", serde_json::json!({"path": "notes.md", "content": "x"}));
+    let result = toolmux.orchestrator().execute(call, &ctx).await;
+    assert!(result.ok, "{result:?}");
+    toolmux.shutdown().await.expect("shut down");
+}

@@ -22,6 +22,7 @@ use crate::redact::Redactor;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::fmt;
 use std::path::PathBuf;
@@ -386,7 +387,7 @@ impl CommandHook {
             "cwd": self.dir.to_string_lossy(),
             "hook_event_name": self.event.as_str(),
             "tool_name": tool,
-            "tool_input": arguments,
+            "tool_input": claude_code_input(arguments),
             "tool_use_id": ctx.call_id(),
         })
     }
@@ -493,7 +494,7 @@ impl CommandHook {
             return Err(denied(self.block_reason(reason)));
         }
         if let Some(updated) = specific.updated_input {
-            *arguments = updated;
+            *arguments = from_claude_code_input(arguments, updated);
         }
         match specific.permission_decision.as_deref() {
             None | Some("allow") => {}
@@ -660,6 +661,55 @@ impl AfterHook for CommandHook {
         }
     }
 }
+
+/// `arguments` as a Claude Code hook reads them: a string `path` is also given as
+/// `file_path`, the name Claude Code's file tools (`Read`, `Write`, `Edit`, `MultiEdit`)
+/// give theirs, so that a guard pasted from Claude Code reading `tool_input.file_path`
+/// sees the path instead of nothing, and lets nothing through for want of it.
+fn claude_code_input(arguments: &Value) -> Cow<'_, Value> {
+    match arguments.as_object() {
+        Some(map)
+            if map.get("path").is_some_and(Value::is_string) && !map.contains_key("file_path") =>
+        {
+            let mut map = map.clone();
+            map.insert(FILE_PATH.to_owned(), map["path"].clone());
+            Cow::Owned(Value::Object(map))
+        }
+        _ => Cow::Borrowed(arguments),
+    }
+}
+
+/// A hook's `updatedInput` for a call whose arguments were `before`, without the
+/// `file_path` [`claude_code_input`] added: dropped when the hook left it as it was; when
+/// the hook changed it and left `path` as it was, or answered without `path`, its value is
+/// the call's `path` (a script from Claude Code rewrites `file_path`). A hook that changed
+/// both leaves both, for the provider to refuse when they differ.
+fn from_claude_code_input(before: &Value, mut updated: Value) -> Value {
+    let shown = claude_code_input(before);
+    let (Some(shown), Some(map)) = (shown.get(FILE_PATH), updated.as_object_mut()) else {
+        return updated;
+    };
+    if before.get(FILE_PATH).is_some() {
+        return updated;
+    }
+    match map.remove(FILE_PATH) {
+        Some(given) if !map.contains_key("path") => {
+            map.insert("path".to_owned(), given);
+        }
+        Some(given) if given == *shown => {}
+        Some(given) if map.get("path") == before.get("path") => {
+            map.insert("path".to_owned(), given);
+        }
+        Some(given) => {
+            map.insert(FILE_PATH.to_owned(), given);
+        }
+        None => {}
+    }
+    updated
+}
+
+/// Claude Code's name of its file tools' path argument.
+const FILE_PATH: &str = "file_path";
 
 /// Runs hook program `command` (`sh -c`) in `dir`, in a session of its own (see `detach`),
 /// with `input` on its stdin, for at most `timeout`: how it ended, or why it gave no answer
@@ -887,6 +937,47 @@ fn replacement(updated: Value) -> Option<ToolOutput> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hook sees the path also as `file_path`, and what it answers comes back without it:
+    /// a `file_path` left alone is dropped, a changed one is the new `path`.
+    #[test]
+    fn hooks_see_claude_code_s_file_path() {
+        let call = json!({"path": "a.txt", "content": "x"});
+        assert_eq!(
+            *claude_code_input(&call),
+            json!({"path": "a.txt", "file_path": "a.txt", "content": "x"})
+        );
+        let cases = [
+            (
+                json!({"path": "a.txt", "file_path": "a.txt", "content": "y"}),
+                json!({"path": "a.txt", "content": "y"}),
+            ),
+            (
+                json!({"path": "a.txt", "file_path": "b.txt", "content": "x"}),
+                json!({"path": "b.txt", "content": "x"}),
+            ),
+            (
+                json!({"file_path": "a.txt", "content": "y"}),
+                json!({"path": "a.txt", "content": "y"}),
+            ),
+            (
+                json!({"path": "c.txt", "file_path": "b.txt"}),
+                json!({"path": "c.txt", "file_path": "b.txt"}),
+            ),
+            (json!({"path": "c.txt"}), json!({"path": "c.txt"})),
+        ];
+        for (updated, expected) in cases {
+            assert_eq!(from_claude_code_input(&call, updated.clone()), expected, "{updated}");
+        }
+        // A call that gave `file_path` itself, or no string `path`, is shown as it is.
+        let own = json!({"path": "a.txt", "file_path": "b.txt"});
+        assert_eq!(*claude_code_input(&own), own);
+        assert_eq!(
+            from_claude_code_input(&own, json!({"path": "a.txt"})),
+            json!({"path": "a.txt"})
+        );
+        assert_eq!(*claude_code_input(&json!({"path": 3})), json!({"path": 3}));
+    }
 
     #[test]
     fn matchers_read_as_claude_code_reads_them() {

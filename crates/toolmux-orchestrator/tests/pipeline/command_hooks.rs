@@ -431,7 +431,7 @@ async fn the_hook_reads_claude_codes_input_on_stdin() {
             "cwd": dir,
             "hook_event_name": "PreToolUse",
             "tool_name": "t__echo",
-            "tool_input": {"path": "a"},
+            "tool_input": {"path": "a", "file_path": "a"},
             "tool_use_id": "call-3"
         })
     );
@@ -442,7 +442,7 @@ async fn the_hook_reads_claude_codes_input_on_stdin() {
             "cwd": dir,
             "hook_event_name": "PostToolUse",
             "tool_name": "t__echo",
-            "tool_input": {"path": "b"},
+            "tool_input": {"path": "b", "file_path": "b"},
             "tool_use_id": "call-3",
             "tool_response": {"content": [{"type": "text", "text": "{\"path\":\"b\"}"}], "isError": false}
         })
