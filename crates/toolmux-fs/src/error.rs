@@ -66,13 +66,7 @@ pub enum FsError {
         seconds: u64,
     },
     /// Nothing exists at the path.
-    #[error(
-        "no file or directory at `{path}`: {}",
-        .suggestion.as_ref().map_or_else(
-            || "check the path with `ls` or `glob`".to_owned(),
-            |s| format!("did you mean `{s}`?"),
-        )
-    )]
+    #[error("{}", not_found(.path, .suggestion.as_deref(), NAMESPACE))]
     NotFound {
         /// The path as the caller gave it.
         path: String,
@@ -81,7 +75,7 @@ pub enum FsError {
         suggestion: Option<String>,
     },
     /// A directory where a file is needed.
-    #[error("`{path}` is a directory, not a file: use `ls` to list it")]
+    #[error("{}", is_directory(.path, NAMESPACE))]
     IsDirectory {
         /// The path as the caller gave it.
         path: String,
@@ -138,7 +132,7 @@ pub enum FsError {
         path: String,
     },
     /// A file where a directory is needed.
-    #[error("`{path}` is a file, not a directory: read it with `read`, or give a directory")]
+    #[error("{}", not_directory(.path, NAMESPACE))]
     NotDirectory {
         /// The path as the caller gave it.
         path: String,
@@ -160,19 +154,13 @@ pub enum FsError {
         path: String,
     },
     /// The file's content is binary.
-    #[error(
-        "`{path}` is a binary file (it contains NUL bytes); it cannot be shown as text, \
-         inspect it with `bash` tools such as `file` or `xxd` if allowed"
-    )]
+    #[error("{}", binary(.path, NAMESPACE))]
     Binary {
         /// The path as the caller gave it.
         path: String,
     },
     /// The file's byte order mark names an encoding its content is not valid in.
-    #[error(
-        "`{path}` {problem}: it cannot be shown as text; inspect it with `bash` tools such as \
-         `file` or `xxd` if allowed"
-    )]
+    #[error("{}", invalid_text(.path, .problem, NAMESPACE))]
     InvalidText {
         /// The path as the caller gave it.
         path: String,
@@ -306,7 +294,13 @@ impl FsError {
             | FsError::FileWithSlash { .. }
             | FsError::NotFound { .. }
             | FsError::IsDirectory { .. }
-            | FsError::NotDirectory { .. } => ToolError::invalid_arguments(tool, self.to_string()),
+            | FsError::NotDirectory { .. } => {
+                ToolError::invalid_arguments(tool, self.message_in(namespace_of(tool)))
+            }
+            // Their messages name other tools, as the caller calls them.
+            FsError::Binary { .. } | FsError::InvalidText { .. } => {
+                ToolError::remote(tool, self.message_in(namespace_of(tool)))
+            }
             FsError::Disabled { .. }
             | FsError::OutsideRoot { .. }
             | FsError::Protected { .. }
@@ -325,6 +319,67 @@ impl FsError {
             other => ToolError::remote(tool, other.report()),
         }
     }
+}
+
+impl FsError {
+    /// The message, naming the tools it points to in `namespace` (`fs__ls` in `fs`): the
+    /// model calls them by those names.
+    fn message_in(&self, namespace: &str) -> String {
+        match self {
+            FsError::NotFound { path, suggestion } => {
+                not_found(path, suggestion.as_deref(), namespace)
+            }
+            FsError::IsDirectory { path } => is_directory(path, namespace),
+            FsError::NotDirectory { path } => not_directory(path, namespace),
+            FsError::Binary { path } => binary(path, namespace),
+            FsError::InvalidText { path, problem } => invalid_text(path, problem, namespace),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// The namespace messages name the tools in where the caller's is not known (their
+/// `Display`); [`FsError::into_tool_error`] names them in the caller's.
+const NAMESPACE: &str = "fs";
+
+/// The namespace of full tool name `tool`.
+fn namespace_of(tool: &str) -> &str {
+    tool.split("__").next().unwrap_or(tool)
+}
+
+fn not_found(path: &str, suggestion: Option<&str>, namespace: &str) -> String {
+    match suggestion {
+        Some(s) => format!("no file or directory at `{path}`: did you mean `{s}`?"),
+        None => format!(
+            "no file or directory at `{path}`: check the path with `{namespace}__ls` or \
+             `{namespace}__glob`"
+        ),
+    }
+}
+
+fn is_directory(path: &str, namespace: &str) -> String {
+    format!("`{path}` is a directory, not a file: use `{namespace}__ls` to list it")
+}
+
+fn not_directory(path: &str, namespace: &str) -> String {
+    format!(
+        "`{path}` is a file, not a directory: read it with `{namespace}__read`, or give a \
+         directory"
+    )
+}
+
+fn binary(path: &str, namespace: &str) -> String {
+    format!(
+        "`{path}` is a binary file (it contains NUL bytes); it cannot be shown as text, \
+         inspect it with `{namespace}__bash` tools such as `file` or `xxd` if allowed"
+    )
+}
+
+fn invalid_text(path: &str, problem: &str, namespace: &str) -> String {
+    format!(
+        "`{path}` {problem}: it cannot be shown as text; inspect it with `{namespace}__bash` \
+         tools such as `file` or `xxd` if allowed"
+    )
 }
 
 /// Whether cap-std refused the path because it leads outside the root.
@@ -373,6 +428,21 @@ mod tests {
     fn check(err: FsError, expect: Expect) {
         let tool_error = err.into_tool_error("fs__read");
         expect.assert_eq(&format!("{} [{}]", tool_error.report(), tool_error.code()));
+    }
+
+    /// Messages pointing to other tools name them as the caller calls them, in the
+    /// provider's namespace.
+    #[test]
+    fn other_tools_are_named_in_the_caller_s_namespace() {
+        let shown = |err: FsError| err.into_tool_error("files__read").to_string();
+        expect![[r#"invalid arguments for `files__read`: at /: no file or directory at `a`: check the path with `files__ls` or `files__glob`"#]]
+            .assert_eq(&shown(FsError::NotFound { path: "a".into(), suggestion: None }));
+        expect![[r#"invalid arguments for `files__read`: at /: `d` is a directory, not a file: use `files__ls` to list it"#]]
+            .assert_eq(&shown(FsError::IsDirectory { path: "d".into() }));
+        expect![[r#"invalid arguments for `files__read`: at /: `f` is a file, not a directory: read it with `files__read`, or give a directory"#]]
+            .assert_eq(&shown(FsError::NotDirectory { path: "f".into() }));
+        expect![[r#"`b` is a binary file (it contains NUL bytes); it cannot be shown as text, inspect it with `files__bash` tools such as `file` or `xxd` if allowed"#]]
+            .assert_eq(&shown(FsError::Binary { path: "b".into() }));
     }
 
     #[test]
@@ -447,13 +517,13 @@ mod tests {
         check(
             FsError::Binary { path: "a.bin".into() },
             expect![
-                "`a.bin` is a binary file (it contains NUL bytes); it cannot be shown as text, inspect it with `bash` tools such as `file` or `xxd` if allowed [remote]"
+                "`a.bin` is a binary file (it contains NUL bytes); it cannot be shown as text, inspect it with `fs__bash` tools such as `file` or `xxd` if allowed [remote]"
             ],
         );
         check(
             FsError::from_io("a/b", io::Error::from(io::ErrorKind::NotADirectory)),
             expect![
-                "invalid arguments for `fs__read`: at /: no file or directory at `a/b`: check the path with `ls` or `glob` [invalid_arguments]"
+                "invalid arguments for `fs__read`: at /: no file or directory at `a/b`: check the path with `fs__ls` or `fs__glob` [invalid_arguments]"
             ],
         );
         check(

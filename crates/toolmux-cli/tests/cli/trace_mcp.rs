@@ -126,7 +126,7 @@ fn a_failing_tool_is_traced_as_a_warning_with_its_error() {
     expect![[r#"
         DEBUG tool request → fs__read
             parameters: {"path":"missing.md"}
-        WARN tool response ← fs__read latency: Nms, status: failed, error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `ls` or `glob`"#]]
+        WARN tool response ← fs__read latency: Nms, status: failed, error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `fs__ls` or `fs__glob`"#]]
     .assert_eq(&trace_lines(&run));
 }
 
@@ -140,7 +140,7 @@ fn nothing_is_traced_without_trace_mcp() {
     let run = project.run(&["tools", "call", "fs__read", r#"{"path":"missing.md"}"#]);
     assert_eq!(run.code, 1, "{run:?}");
     expect![[r#"
-        error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `ls` or `glob`
+        error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `fs__ls` or `fs__glob`
     "#]]
     .assert_eq(&run.stderr);
 }
@@ -173,12 +173,12 @@ fn rust_log_alone_decides_without_trace_mcp() {
     let run = project(false).run(&call);
     assert_eq!(run.code, 1, "{run:?}");
     expect![[r#"
-        WARN tool response ← fs__read latency: Nms, status: failed, error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `ls` or `glob`"#]]
+        WARN tool response ← fs__read latency: Nms, status: failed, error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `fs__ls` or `fs__glob`"#]]
     .assert_eq(&trace_lines(&run));
     let run = project(false).env("RUST_LOG", "off").run(&call);
     assert_eq!(run.code, 1, "{run:?}");
     expect![[r#"
-        error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `ls` or `glob`
+        error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `fs__ls` or `fs__glob`
     "#]]
     .assert_eq(&run.stderr);
 }

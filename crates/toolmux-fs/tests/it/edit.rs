@@ -654,7 +654,7 @@ async fn insert_line_is_checked() {
     assert_eq!(
         missing,
         "invalid arguments for `fs__edit`: at /: no file or directory at `new.txt`: check the \
-         path with `ls` or `glob`"
+         path with `fs__ls` or `fs__glob`"
     );
     assert!(!fx.root().join("new.txt").exists());
     assert_eq!(fx.get("a.txt"), "one\ntwo\n");

@@ -139,8 +139,8 @@ async fn ls_depth_ignore_and_limit() {
 async fn ls_errors() {
     let fx = Fixture::new();
     fx.put("f", "");
-    expect!["invalid arguments for `fs__ls`: at /: `f` is a file, not a directory: read it with `read`, or give a directory"].assert_eq(&fx.err("ls", json!({"path": "f"})).await);
-    expect!["invalid arguments for `fs__ls`: at /: no file or directory at `nope`: check the path with `ls` or `glob`"]
+    expect!["invalid arguments for `fs__ls`: at /: `f` is a file, not a directory: read it with `fs__read`, or give a directory"].assert_eq(&fx.err("ls", json!({"path": "f"})).await);
+    expect!["invalid arguments for `fs__ls`: at /: no file or directory at `nope`: check the path with `fs__ls` or `fs__glob`"]
         .assert_eq(&fx.err("ls", json!({"path": "nope"})).await);
     assert_eq!(fx.ok("ls", json!({"path": "."})).await, "./\n  f (0 bytes)");
 }

@@ -61,14 +61,14 @@ async fn a_missing_file_with_no_close_name_points_to_ls() {
         &fx,
         "read",
         json!({"path": "src/completely_different.txt"}),
-        expect!["invalid arguments for `fs__read`: at /: no file or directory at `src/completely_different.txt`: check the path with `ls` or `glob`"],
+        expect!["invalid arguments for `fs__read`: at /: no file or directory at `src/completely_different.txt`: check the path with `fs__ls` or `fs__glob`"],
     )
     .await;
     check(
         &fx,
         "ls",
         json!({"path": "nope"}),
-        expect!["invalid arguments for `fs__ls`: at /: no file or directory at `nope`: check the path with `ls` or `glob`"],
+        expect!["invalid arguments for `fs__ls`: at /: no file or directory at `nope`: check the path with `fs__ls` or `fs__glob`"],
     )
     .await;
     check(
@@ -96,7 +96,7 @@ async fn hidden_names_are_not_suggested() {
         &fx,
         "read",
         json!({"path": "secrt.txt"}),
-        expect!["invalid arguments for `fs__read`: at /: no file or directory at `secrt.txt`: check the path with `ls` or `glob`"],
+        expect!["invalid arguments for `fs__read`: at /: no file or directory at `secrt.txt`: check the path with `fs__ls` or `fs__glob`"],
     )
     .await;
 }
@@ -116,7 +116,7 @@ async fn a_folder_where_a_file_is_needed_points_to_ls() {
             err.report(),
             format!(
                 "invalid arguments for `fs__{tool}`: at /: `d` is a directory, not a file: use \
-                 `ls` to list it"
+                 `fs__ls` to list it"
             )
         );
     }
@@ -124,7 +124,7 @@ async fn a_folder_where_a_file_is_needed_points_to_ls() {
         &fx,
         "apply_patch",
         json!({"input": "*** Begin Patch\n*** Delete File: d\n*** End Patch"}),
-        expect!["invalid arguments for `fs__apply_patch`: at /: `d` is a directory, not a file: use `ls` to list it"],
+        expect!["invalid arguments for `fs__apply_patch`: at /: `d` is a directory, not a file: use `fs__ls` to list it"],
     )
     .await;
     assert!(fx.root().join("d/x").exists());
@@ -138,14 +138,14 @@ async fn a_file_where_a_folder_is_needed_points_to_read() {
         &fx,
         "ls",
         json!({"path": "f.txt"}),
-        expect!["invalid arguments for `fs__ls`: at /: `f.txt` is a file, not a directory: read it with `read`, or give a directory"],
+        expect!["invalid arguments for `fs__ls`: at /: `f.txt` is a file, not a directory: read it with `fs__read`, or give a directory"],
     )
     .await;
     check(
         &fx,
         "glob",
         json!({"pattern": "*", "path": "f.txt"}),
-        expect!["invalid arguments for `fs__glob`: at /: `f.txt` is a file, not a directory: read it with `read`, or give a directory"],
+        expect!["invalid arguments for `fs__glob`: at /: `f.txt` is a file, not a directory: read it with `fs__read`, or give a directory"],
     )
     .await;
 }

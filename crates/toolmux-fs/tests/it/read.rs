@@ -142,7 +142,7 @@ async fn a_page_over_the_byte_cap_ends_early_and_says_how_to_continue() {
 async fn directories_suggest_ls() {
     let fx = Fixture::new();
     fx.put("d/x", "");
-    expect!["invalid arguments for `fs__read`: at /: `d` is a directory, not a file: use `ls` to list it"]
+    expect!["invalid arguments for `fs__read`: at /: `d` is a directory, not a file: use `fs__ls` to list it"]
         .assert_eq(&fx.err("read", json!({"path": "d"})).await);
 }
 
@@ -151,7 +151,7 @@ async fn binary_is_detected_by_content_not_extension() {
     let fx = Fixture::new();
     fx.put("data.txt", "abc\0def");
     fx.put("notes.dat", "plain text\n");
-    expect!["`data.txt` is a binary file (it contains NUL bytes); it cannot be shown as text, inspect it with `bash` tools such as `file` or `xxd` if allowed"]
+    expect!["`data.txt` is a binary file (it contains NUL bytes); it cannot be shown as text, inspect it with `fs__bash` tools such as `file` or `xxd` if allowed"]
         .assert_eq(&fx.err("read", json!({"path": "data.txt"})).await);
     assert_eq!(fx.ok("read", json!({"path": "notes.dat"})).await, "     1\tplain text\n");
 }
@@ -181,7 +181,7 @@ async fn empty_file_and_missing_file() {
     let fx = Fixture::new();
     fx.put("empty", "");
     assert_eq!(fx.ok("read", json!({"path": "empty"})).await, "[`empty` is empty]");
-    expect!["invalid arguments for `fs__read`: at /: no file or directory at `nope.txt`: check the path with `ls` or `glob`"]
+    expect!["invalid arguments for `fs__read`: at /: no file or directory at `nope.txt`: check the path with `fs__ls` or `fs__glob`"]
         .assert_eq(&fx.err("read", json!({"path": "nope.txt"})).await);
 }
 
@@ -321,10 +321,10 @@ async fn invalid_utf16_is_refused() {
     let fx = Fixture::new();
     // An unpaired high surrogate followed by `a`.
     std::fs::write(fx.root().join("bad.txt"), [0xFF, 0xFE, b'x', 0, 0x3D, 0xD8, b'a', 0]).unwrap();
-    expect!["`bad.txt` is not valid UTF-16: an unpaired surrogate at byte 6: it cannot be shown as text; inspect it with `bash` tools such as `file` or `xxd` if allowed"]
+    expect!["`bad.txt` is not valid UTF-16: an unpaired surrogate at byte 6: it cannot be shown as text; inspect it with `fs__bash` tools such as `file` or `xxd` if allowed"]
         .assert_eq(&fx.err("read", json!({"path": "bad.txt"})).await);
     std::fs::write(fx.root().join("odd.txt"), [0xFE, 0xFF, 0, b'x', 0]).unwrap();
-    expect!["`odd.txt` is not valid UTF-16: it ends in the middle of a code unit (an odd number of bytes): it cannot be shown as text; inspect it with `bash` tools such as `file` or `xxd` if allowed"]
+    expect!["`odd.txt` is not valid UTF-16: it ends in the middle of a code unit (an odd number of bytes): it cannot be shown as text; inspect it with `fs__bash` tools such as `file` or `xxd` if allowed"]
         .assert_eq(&fx.err("read", json!({"path": "odd.txt"})).await);
 }
 

@@ -74,12 +74,12 @@ async fn invalid_utf32_is_refused() {
     let mut bytes = utf32("ab", false);
     bytes.extend(0xD800u32.to_le_bytes());
     std::fs::write(fx.root().join("bad.txt"), &bytes).unwrap();
-    expect!["`bad.txt` is not valid UTF-32: code unit 0xD800 at byte 12 is not a character (a surrogate, or past U+10FFFF): it cannot be shown as text; inspect it with `bash` tools such as `file` or `xxd` if allowed"]
+    expect!["`bad.txt` is not valid UTF-32: code unit 0xD800 at byte 12 is not a character (a surrogate, or past U+10FFFF): it cannot be shown as text; inspect it with `fs__bash` tools such as `file` or `xxd` if allowed"]
         .assert_eq(&fx.err("read", json!({"path": "bad.txt"})).await);
     let mut bytes = utf32("a", true);
     bytes.extend([0, 0]);
     std::fs::write(fx.root().join("short.txt"), &bytes).unwrap();
-    expect!["`short.txt` is not valid UTF-32: it ends in the middle of a code unit (its length is not a multiple of 4 bytes): it cannot be shown as text; inspect it with `bash` tools such as `file` or `xxd` if allowed"]
+    expect!["`short.txt` is not valid UTF-32: it ends in the middle of a code unit (its length is not a multiple of 4 bytes): it cannot be shown as text; inspect it with `fs__bash` tools such as `file` or `xxd` if allowed"]
         .assert_eq(&fx.err("read", json!({"path": "short.txt"})).await);
     // `edit` refuses it too, and writes nothing.
     let before = std::fs::read(fx.root().join("bad.txt")).unwrap();

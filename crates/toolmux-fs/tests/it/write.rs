@@ -140,7 +140,7 @@ async fn keeps_permissions_and_leaves_no_temporary_files() {
 async fn writing_a_directory_is_refused() {
     let fx = Fixture::new();
     fx.put("d/x", "");
-    expect!["invalid arguments for `fs__write`: at /: `d` is a directory, not a file: use `ls` to list it"]
+    expect!["invalid arguments for `fs__write`: at /: `d` is a directory, not a file: use `fs__ls` to list it"]
         .assert_eq(&fx.err("write", json!({"path": "d", "content": "x"})).await);
 }
 
