@@ -173,8 +173,9 @@ impl Agents {
             }
             let mut report = match self.cycle(name, &wake.task(), ctx).await {
                 Ok(report) => report,
-                Err(e) => {
-                    let unread: Vec<Value> = wake.results.into_iter().chain(arrived).collect();
+                Err((e, taken)) => {
+                    let unread: Vec<Value> =
+                        wake.results.into_iter().chain(taken).chain(arrived).collect();
                     return Err(not_read(name, e, &unread, orchestrator.redactor()));
                 }
             };
@@ -216,24 +217,30 @@ impl Agents {
     /// window) is not tried again, since it would be refused alike: the report says so
     /// and listening goes on. Credentials the model's API refused are not tried again
     /// either: listening stops with an error saying so, since every cycle would fail alike.
+    /// The error comes with the results the cycle's attempts took from the inbox and did
+    /// not read, which are nowhere else.
     async fn cycle(
         &self,
         name: &str,
         task: &str,
         ctx: &CallContext,
-    ) -> Result<AgentReport, AgentError> {
+    ) -> Result<AgentReport, (AgentError, Vec<Value>)> {
         let credentials = |report: &mut AgentReport| match report.credentials_refused.take() {
-            Some(error) => Err(AgentError::Config {
-                agent: name.to_owned(),
-                message: format!(
-                    "{error}; listening stops, as every cycle would be refused alike: check \
-                     the model's `apiKey` (or its `headers`)"
-                ),
-            }),
+            Some(error) => Err((
+                AgentError::Config {
+                    agent: name.to_owned(),
+                    message: format!(
+                        "{error}; listening stops, as every cycle would be refused alike: check \
+                         the model's `apiKey` (or its `headers`)"
+                    ),
+                },
+                std::mem::take(&mut report.unread_results),
+            )),
             None => Ok(()),
         };
         let options = RunOptions { transcript: true, ..RunOptions::default() };
-        let mut report = self.run_with(name, task, ctx, &options).await?;
+        let mut report =
+            self.run_with(name, task, ctx, &options).await.map_err(|e| (e, Vec::new()))?;
         credentials(&mut report)?;
         let mut wait = Duration::from_secs(2);
         for _ in 1..CYCLE_ATTEMPTS {
@@ -261,16 +268,24 @@ impl Agents {
             };
             let (turns, calls, usage) = (report.turns, report.tool_calls, report.usage);
             let refused = report.refused_calls;
-            let unread = std::mem::take(&mut report.unread_results);
-            report = self
+            let mut unread = std::mem::take(&mut report.unread_results);
+            let again = self
                 .run_with(
                     name,
                     "(Your model failed before you answered. Go on with what arrived, above.)",
                     ctx,
                     &again,
                 )
-                .await?;
-            credentials(&mut report)?;
+                .await;
+            // What the earlier attempts took and did not read goes with the error too.
+            report = match again {
+                Ok(report) => report,
+                Err(e) => return Err((e, unread)),
+            };
+            if let Err((e, taken)) = credentials(&mut report) {
+                unread.extend(taken);
+                return Err((e, unread));
+            }
             report.turns += turns;
             report.tool_calls += calls;
             report.refused_calls += refused;

@@ -2682,6 +2682,56 @@ async fn a_listening_agent_whose_credentials_are_refused_stops_saying_so() {
     orchestrator.cleanup().await;
 }
 
+/// Credentials refused when a cycle is tried again after its model failed stop listening
+/// with an error that also lists the results the earlier attempt took from the inbox and
+/// did not read: before, the error listed only what woke the cycle, and those were lost.
+#[tokio::test(start_paused = true)]
+async fn refused_credentials_on_a_retry_keep_what_earlier_attempts_took() {
+    use toolmux_agent::ListenOptions;
+    let store: Arc<Mutex<Option<Arc<toolmux_external::MemoryPendingStore>>>> = Arc::default();
+    let answering = store.clone();
+    let builds = (1..3).map(|i| ("external__build", json!({"target": i}))).collect();
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(builds)
+            .then(move |_| {
+                // Both answered: the next turn takes both, and is given the first.
+                let store = answering.lock().unwrap().clone().expect("the store");
+                answer_pending(&store, |_| true, json!("built ".repeat(40)));
+                let call = ModelToolCall::new("b3", "external__build", json!({"target": 3}));
+                Ok(used(ModelResponse::tool_calls(vec![call])))
+            })
+            .then(|_| {
+                Err(ModelError::Api {
+                    model: "m".into(),
+                    status: 503,
+                    message: "overloaded".into(),
+                })
+            })
+            .then(|_| {
+                Err(ModelError::Auth {
+                    model: "m".into(),
+                    status: 401,
+                    message: "Incorrect API key provided".into(),
+                })
+            }),
+    );
+    let config = OrchestratorConfig::default().with_response_max_bytes(500);
+    let arrived = vec![(json!({"target": 0}), json!("build 0 is green"))];
+    let (agents, orchestrator, pending) = listening_setup(config, only(&model), arrived).await;
+    *store.lock().unwrap() = Some(pending);
+    let ctx = CallContext::new().with_run_id(LISTENING);
+    let options = ListenOptions { max_cycles: Some(1), ..ListenOptions::default() };
+    let ended = agents.listen("a", &ctx, &options, |r| panic!("no report: {r:?}")).await;
+    orchestrator.cleanup().await;
+    let error = ended.unwrap_err().to_string();
+    assert!(error.contains("refused the credentials (HTTP 401)"), "{error}");
+    assert_eq!(model.requests().len(), 4);
+    // What woke the cycle, and the build its first attempt took and never read.
+    assert!(error.contains("build 0 is green"), "{error}");
+    assert!(error.contains(r#""target":2"#) && error.contains("built built"), "{error}");
+}
+
 /// A listening agent given more results than the size cap holds gets them all, over
 /// cycles: each cycle works on what fits, the rest wake the next. Before, the inbox's
 /// answer was stored for its size and every result it held was lost.
