@@ -252,6 +252,10 @@ fn human_seconds(d: Duration) -> String {
 #[derive(Debug)]
 pub(crate) struct Fetcher {
     client: reqwest::Client,
+    /// The client of page fetches with robots.txt obeyed: it follows no redirect itself, so
+    /// [`Fetcher::get`] asks each hop's robots.txt before it requests the hop.
+    hop_client: reqwest::Client,
+    max_redirects: usize,
     policy: Arc<Policy>,
     max_bytes: u64,
     max_length: usize,
@@ -296,18 +300,24 @@ impl Fetcher {
             .robots_txt
             .unwrap_or(true)
             .then(|| (robots::product_token(&user_agent), robots::Kept::default()));
-        let client = reqwest::Client::builder()
-            .redirect(redirect)
-            .no_proxy()
-            .dns_resolver(Arc::new(CheckedResolver {
-                allow_private: config.allow_private,
-                denied: config.denied_hosts.iter().filter_map(|p| address_of(p)).collect(),
-            }))
-            .user_agent(user_agent)
-            .build()
-            .map_err(|e| format!("web.fetch: cannot build the HTTP client: {e}"))?;
+        let build = |redirect: reqwest::redirect::Policy| {
+            reqwest::Client::builder()
+                .redirect(redirect)
+                .no_proxy()
+                .dns_resolver(Arc::new(CheckedResolver {
+                    allow_private: config.allow_private,
+                    denied: config.denied_hosts.iter().filter_map(|p| address_of(p)).collect(),
+                }))
+                .user_agent(user_agent.clone())
+                .build()
+                .map_err(|e| format!("web.fetch: cannot build the HTTP client: {e}"))
+        };
+        let client = build(redirect)?;
+        let hop_client = build(reqwest::redirect::Policy::none())?;
         Ok(Fetcher {
             client,
+            hop_client,
+            max_redirects,
             policy,
             max_bytes: config.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
             max_length: config.max_length.unwrap_or(DEFAULT_MAX_LENGTH),
@@ -466,26 +476,15 @@ impl Fetcher {
         })
     }
 
-    /// The response to `GET url`, its body cut at `max_bytes`; refused when it was
-    /// redirected to a page robots.txt disallows.
+    /// The response to `GET url`, its body cut at `max_bytes`; refused when a redirect led
+    /// to a page robots.txt disallows, before that page is requested.
     async fn get(&self, tool: &str, url: &Url, secrets: &[String]) -> Result<Fetched, ToolError> {
-        let response = self
-            .client
-            .get(url.clone())
-            .header(
-                reqwest::header::ACCEPT,
-                "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.8,*/*;q=0.5",
-            )
-            .send()
-            .await
-            .map_err(|e| request_error(tool, url, &e))?;
+        let response = match self.robots {
+            None => self.request(&self.client, tool, url).await?,
+            Some(_) => self.follow(tool, url).await?,
+        };
         let status = response.status();
         let final_url = response.url().clone();
-        // Redirected, on this site or another: the robots.txt of where it led has a say
-        // too, before the page is read.
-        if final_url != *url {
-            self.obey_robots(tool, &final_url).await?;
-        }
         let content_type = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -526,6 +525,64 @@ impl Fetcher {
             ));
         }
         Ok(fetched)
+    }
+}
+
+impl Fetcher {
+    /// `GET url` with `client`, the page types asked for.
+    async fn request(
+        &self,
+        client: &reqwest::Client,
+        tool: &str,
+        url: &Url,
+    ) -> Result<reqwest::Response, ToolError> {
+        client
+            .get(url.clone())
+            .header(
+                reqwest::header::ACCEPT,
+                "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.8,*/*;q=0.5",
+            )
+            .send()
+            .await
+            .map_err(|e| request_error(tool, url, &e))
+    }
+
+    /// `GET url` following its redirects one hop at a time: each hop's address is checked
+    /// as the redirect policy checks it, and its site's robots.txt is asked before the hop
+    /// is requested, so a chain through a disallowed page does not fetch that page. (`url`
+    /// itself was asked before.)
+    async fn follow(&self, tool: &str, url: &Url) -> Result<reqwest::Response, ToolError> {
+        let mut at = url.clone();
+        let mut hops = 0;
+        loop {
+            let response = self.request(&self.hop_client, tool, &at).await?;
+            let location =
+                response.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok());
+            let next = match location {
+                Some(location) if response.status().is_redirection() => {
+                    at.join(location).map_err(|e| {
+                        ToolError::remote(
+                            tool,
+                            format!("GET {at} redirected to `{location}`, which is no URL: {e}"),
+                        )
+                    })?
+                }
+                _ => return Ok(response),
+            };
+            hops += 1;
+            if hops > self.max_redirects {
+                return Err(ToolError::remote(
+                    tool,
+                    format!("GET {url} failed: more than {} redirects", self.max_redirects),
+                ));
+            }
+            if let Some(why) = self.policy.refuses(&next) {
+                let reason = format!("a redirect to {} was refused: {why}", origin(&next));
+                return Err(ToolError::Denied { tool: tool.to_owned(), reason });
+            }
+            self.obey_robots(tool, &next).await?;
+            at = next;
+        }
     }
 }
 

@@ -421,6 +421,42 @@ fn settings_that_cannot_work_are_refused() {
     assert!(unknown.unwrap_err().to_string().contains("allowPrivat"));
 }
 
+/// Each hop of a redirect chain is asked of its site's robots.txt before it is requested:
+/// a chain through a disallowed page is refused without that page being fetched, even
+/// when the chain ends on an allowed one.
+#[tokio::test]
+async fn a_redirect_through_a_disallowed_page_does_not_fetch_it() {
+    let asked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let log = asked.clone();
+    let base = serve(move |request: SeenRequest| {
+        let path = request.request_line().split(' ').nth(1).unwrap_or_default().to_owned();
+        log.lock().unwrap().push(path.clone());
+        let to = |location: &str| Reply {
+            status: 302,
+            headers: vec![("Location".into(), location.into())],
+            chunks: Vec::new(),
+        };
+        match path.as_str() {
+            "/robots.txt" => text(200, "text/plain", b"User-agent: *\nDisallow: /private/\n"),
+            "/start" => to("/private/hop"),
+            "/private/hop" => to("/public/end"),
+            _ => html(PAGE),
+        }
+    })
+    .await;
+    let web = provider(json!({"fetch": {"allowPrivate": true}}));
+    let refused = call(&web, "fetch", json!({"url": format!("{base}/start")})).await.unwrap_err();
+    assert!(matches!(refused, ToolError::Denied { .. }), "{}", refused.report());
+    assert!(
+        refused.report().contains(&format!(
+            "{base}/robots.txt disallows {base}/private/hop for `toolmux` (`Disallow: /private/`)"
+        )),
+        "{}",
+        refused.report()
+    );
+    assert_eq!(*asked.lock().unwrap(), ["/robots.txt", "/start"], "the hop was not requested");
+}
+
 /// robots.txt is obeyed: a path it disallows for `toolmux` is refused with the rule, one it
 /// allows is read; the file is read once for many fetches; a failing one (5xx) allows
 /// nothing, a missing one everything; a redirect to another site asks that site's too;
