@@ -237,24 +237,25 @@ async fn ask(url: &str, package: &Package) -> Result<Verdict, String> {
         .build()
         .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
     let endpoint = format!("{}/v1/query", url.trim_end_matches('/'));
-    let response = client.post(&endpoint).json(&query).send().await.map_err(|e| {
-        let mut message = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        message
-    })?;
+    // Named as errors name URLs, without what may be secret (a key in its query or user
+    // information); reqwest's own messages name the whole URL.
+    let shown = super::failure::shown_url(&endpoint);
+    let response = client
+        .post(&endpoint)
+        .json(&query)
+        .send()
+        .await
+        .map_err(|e| format!("{shown}: {}", super::connection::client_failure(&e)))?;
     let status = response.status();
     if !status.is_success() {
-        return Err(format!("{endpoint} answered {status}"));
+        return Err(format!("{shown} answered {status}"));
     }
-    let answer: Answer = response
-        .json()
-        .await
-        .map_err(|e| format!("{endpoint} answered something that is not OSV's: {e}"))?;
+    let answer: Answer = response.json().await.map_err(|e| {
+        format!(
+            "{shown} answered something that is not OSV's: {}",
+            super::connection::client_failure(&e)
+        )
+    })?;
     let malicious = answer
         .vulns
         .into_iter()
@@ -274,6 +275,30 @@ mod tests {
     fn of(command: &str, args: &[&str]) -> Option<String> {
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         package_of(command, &args).map(|p| p.to_string())
+    }
+
+    /// OSV's URL may carry a key (in its user information, or a proxy's query): what
+    /// could not be asked names it without.
+    #[tokio::test]
+    async fn a_failure_names_osv_without_its_credentials() {
+        let app = axum::Router::new().route(
+            "/v1/query",
+            axum::routing::post(|| async { (axum::http::StatusCode::SERVICE_UNAVAILABLE, "down") }),
+        );
+        let osv = toolmux_test_support::loopback::Loopback::serve("osv-keyed", app);
+        let package = Package { ecosystem: "npm", name: "keyed-mcp".to_owned(), version: None };
+        let url = format!("http://user:s3cret-token@{}", osv.addr);
+        let why = ask(&url, &package).await.expect_err("OSV answered 503");
+        assert!(why.contains("answered 503") && !why.contains("s3cret-token"), "{why}");
+
+        let closed = format!("http://user:s3cret-token@127.0.0.1:{}", free_port());
+        let why = ask(&closed, &package).await.expect_err("nothing listens");
+        assert!(why.contains("cannot reach the server") && !why.contains("s3cret-token"), "{why}");
+    }
+
+    fn free_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        listener.local_addr().expect("bound").port()
     }
 
     #[test]
