@@ -366,8 +366,32 @@ impl ExternalProvider {
                     ),
                 });
             };
-            let called = http.call(name, arguments, ctx).await;
+            // Shown as it starts, as the seeds show a visible call in real time: posted
+            // `requires_action` (under an id of its own, which no pending call has) before
+            // the request and finished when it returns, or `cancelled` when the caller gives
+            // up, so that a space's clients get `tool.started` when it is made.
+            let mut shown = None;
             if let (Some((spaces, who)), Some(arguments)) = (&space, shown_arguments) {
+                let id = inline_call_id();
+                let message = spaces::ToolMessage {
+                    name: full.clone(),
+                    tool_name: name.to_owned(),
+                    arguments,
+                    status: spaces::ToolStatus::RequiresAction,
+                    result: None,
+                    call_id: Some(id.clone()),
+                };
+                if spaces.post_tool(who, message).await?.is_err() {
+                    return Ok(not_in_space(&full));
+                }
+                shown = Some(FinishOnDrop {
+                    spaces: Spaces::clone(spaces),
+                    call_id: Some(id),
+                    cleanups: self.cleanups.clone(),
+                });
+            }
+            let called = http.call(name, arguments, ctx).await;
+            if let Some(mut shown) = shown {
                 let (status, result) = match &called {
                     Ok(output) => {
                         let text = output.to_text();
@@ -384,18 +408,12 @@ impl ExternalProvider {
                     }
                     Err(e) => (spaces::ToolStatus::Error, Value::String(e.to_string())),
                 };
-                let message = spaces::ToolMessage {
-                    name: full.clone(),
-                    tool_name: name.to_owned(),
-                    arguments,
-                    status,
-                    result: Some(result),
-                    call_id: None,
-                };
-                // The request is made: a caller that left the space in between is not told,
-                // and one whose space cannot be written gets the response all the same (told
-                // it failed, it could make a request that changes something twice).
-                if let Err(e) = spaces.post_tool(who, message).await {
+                // The request is made: a caller whose space cannot be written gets the
+                // response all the same (told it failed, it could make a request that
+                // changes something twice).
+                if let Some(id) = shown.call_id.take()
+                    && let Err(e) = shown.spaces.finish_tool(&id, status, Some(result)).await
+                {
                     tracing::warn!(target: "toolmux::external", "the call of {full} not shown in its space: {e}");
                 }
             }
@@ -722,6 +740,43 @@ struct WithdrawOnDrop {
     /// task that cancels a message posted already starts, so that one of the two always
     /// sees the other's work.
     withdrawn: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The message of a visible inline (HTTP) call, posted before its request: marked
+/// `cancelled` when the call is dropped before it was finished (its caller gave up).
+struct FinishOnDrop {
+    spaces: Spaces,
+    /// `None` once finished.
+    call_id: Option<String>,
+    /// Where the task that cancels the message is kept.
+    cleanups: Cleanups,
+}
+
+impl Drop for FinishOnDrop {
+    fn drop(&mut self) {
+        let Some(call_id) = self.call_id.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let spaces = self.spaces.clone();
+        let task = runtime.spawn(async move {
+            if let Err(e) = spaces.finish_tool(&call_id, spaces::ToolStatus::Cancelled, None).await
+            {
+                tracing::warn!(target: "toolmux::external", "the message of cancelled call {call_id} not cancelled: {e}");
+            }
+        });
+        let mut cleanups = self.cleanups.lock().unwrap_or_else(|e| e.into_inner());
+        cleanups.retain(|task| !task.is_finished());
+        cleanups.push(task);
+    }
+}
+
+/// An id for the space message of an inline call, unique among the processes sharing the
+/// spaces (the process, the time, a count) and unlike every pending call's.
+fn inline_call_id() -> String {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    let nanos = since.map_or(0, |d| d.as_nanos());
+    format!("http:{}:{nanos}:{n}", std::process::id())
 }
 
 impl Drop for WithdrawOnDrop {

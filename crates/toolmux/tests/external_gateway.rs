@@ -325,3 +325,80 @@ externalTools:
         assert!(!stored.contains(KEY), "{stored}");
     }
 }
+
+/// A visible gateway tool's call is shown in its space when it is made, before its request
+/// returns, as the seeds stream a visible call: a space client following
+/// `gateway__changes` gets `tool.started` while the server still holds the response (it
+/// answers only once the test has seen it), then `tool.done` with the result.
+#[tokio::test]
+async fn a_visible_gateway_call_is_shown_before_its_response() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (release, released) = mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().expect("the request's connection");
+        // Held until the test saw the call in the space (or gave up waiting).
+        let _ = released.recv_timeout(WAIT);
+        answer(stream)
+    });
+    let yaml = format!(
+        "
+spaces: {{dir: rooms}}
+externalTools:
+  fetchWeather:
+    description: The weather now in a city
+    executionType: gateway
+    execution: {{url: {base}/current}}
+"
+    );
+    let loaded = load(&yaml, dir.path()).unwrap();
+    let toolmux = Toolmux::build(&loaded).await.unwrap();
+    let orchestrator = toolmux.orchestrator();
+    assert!(orchestrator.warmup().await.is_ok());
+    let ctx = CallContext::new().with_run_id("r1");
+    let enter = ToolCall::new("gateway__enter_space", json!({"space": "weather"}));
+    assert!(orchestrator.execute(enter, &ctx).await.ok);
+    let changes = |since: u64| async move {
+        let args = json!({"space": "weather", "since": since, "waitMs": 200});
+        let viewer = CallContext::new().with_run_id("viewer");
+        let answer = orchestrator.execute(ToolCall::new("gateway__changes", args), &viewer).await;
+        serde_json::from_str::<Value>(&answer.result.expect("the changes")).unwrap()
+    };
+    let start = changes(0).await["version"].as_u64().unwrap();
+
+    let call = ToolCall::new("external__fetchWeather", json!({"city": "Paris"}));
+    let called = orchestrator.execute(call, &ctx);
+    let follow = async {
+        let deadline = Instant::now() + WAIT;
+        let mut since = start;
+        let mut events = Vec::new();
+        while Instant::now() < deadline {
+            let got = changes(since).await;
+            since = got["version"].as_u64().unwrap();
+            for event in got["events"].as_array().unwrap() {
+                events.push(event["event"].as_str().unwrap().to_owned());
+            }
+            if events.iter().any(|e| e == "tool.started") {
+                let shown = &got["messages"][0]["tool"];
+                assert_eq!(shown["status"], "requires_action", "{got}");
+                assert_eq!(shown["arguments"], json!({"city": "Paris"}));
+                break;
+            }
+        }
+        // The response is sent only now.
+        release.send(()).unwrap();
+        (events, since)
+    };
+    let (result, (events, since)) = tokio::join!(called, follow);
+    assert_eq!(events, ["message", "tool.started"], "tool.started came before the response");
+    assert!(result.ok, "{result:?}");
+    server.join().unwrap();
+    let got = changes(since).await;
+    let named: Vec<&str> =
+        got["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(named, ["message", "tool.done"]);
+    let shown = &got["messages"][0]["tool"];
+    assert_eq!(shown["status"], "complete");
+    assert_eq!(shown["result"]["temperature"], 21);
+}

@@ -101,7 +101,8 @@ pub struct ToolMessage {
     /// The result, once there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
-    /// The pending call that a submitted result answers.
+    /// The pending call that a submitted result answers; for an HTTP tool's call, an
+    /// `http:…` id that no pending call has, by which its response finishes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
 }
