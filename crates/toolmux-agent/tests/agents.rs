@@ -2577,6 +2577,18 @@ async fn listening_setup(
     (agents, orchestrator, store)
 }
 
+/// Agent `a` listening as run [`LISTENING`] for one cycle: how listening ended, and the
+/// reports it gave.
+async fn listen_once(
+    agents: &Agents,
+) -> (Result<toolmux_agent::ListenEnd, AgentError>, Vec<AgentReport>) {
+    let ctx = CallContext::new().with_run_id(LISTENING);
+    let options = toolmux_agent::ListenOptions { max_cycles: Some(1), ..Default::default() };
+    let mut reports = Vec::new();
+    let ended = agents.listen("a", &ctx, &options, |r| reports.push(r.clone())).await;
+    (ended, reports)
+}
+
 /// Builds 0, 1 and 2 (`{"target": i}`), each answered with a result that alone fills most of
 /// a 500-byte cap.
 fn three_big_builds() -> Vec<(Value, Value)> {
@@ -2813,15 +2825,12 @@ async fn results_left_when_listening_stops_are_in_the_last_report() {
 /// report, as nobody else can read it; listening goes on.
 #[tokio::test(start_paused = true)]
 async fn a_cycle_whose_model_keeps_failing_reports_what_woke_it() {
-    use toolmux_agent::{ListenEnd, ListenOptions};
+    use toolmux_agent::ListenEnd;
     let model = Arc::new(overloaded(4));
     let arrived = vec![(json!({"target": 7}), json!("build 7 is green"))];
     let (agents, orchestrator, _) =
         listening_setup(OrchestratorConfig::default(), only(&model), arrived).await;
-    let ctx = CallContext::new().with_run_id(LISTENING);
-    let options = ListenOptions { max_cycles: Some(1), ..ListenOptions::default() };
-    let mut reports = Vec::new();
-    let ended = agents.listen("a", &ctx, &options, |r| reports.push(r.clone())).await;
+    let (ended, reports) = listen_once(&agents).await;
     orchestrator.cleanup().await;
     assert_eq!(ended.unwrap(), ListenEnd::Cycles);
     assert_eq!(model.requests().len(), 4);
@@ -2836,7 +2845,7 @@ async fn a_cycle_whose_model_keeps_failing_reports_what_woke_it() {
 /// over what woke the cycle. Before, each was asked four times over 14 s.
 #[tokio::test]
 async fn a_cycle_the_api_refuses_as_invalid_is_not_tried_again() {
-    use toolmux_agent::{ListenEnd, ListenOptions};
+    use toolmux_agent::ListenEnd;
     let refusals = [
         r#"{"error": {"type": "invalid_request_error", "message": "messages: unknown field `x`"}}"#,
         r#"{"error": {"type": "invalid_request_error", "message": "This model's maximum context length is 10 tokens. However, your messages resulted in 900 tokens."}}"#,
@@ -2848,10 +2857,7 @@ async fn a_cycle_the_api_refuses_as_invalid_is_not_tried_again() {
         let arrived = vec![(json!({"target": 3}), json!("build 3 is green"))];
         let (agents, orchestrator, _) =
             listening_setup(OrchestratorConfig::default(), models, arrived).await;
-        let ctx = CallContext::new().with_run_id(LISTENING);
-        let options = ListenOptions { max_cycles: Some(1), ..ListenOptions::default() };
-        let mut reports = Vec::new();
-        let ended = agents.listen("a", &ctx, &options, |r| reports.push(r.clone())).await;
+        let (ended, reports) = listen_once(&agents).await;
         orchestrator.cleanup().await;
         assert_eq!(ended.unwrap(), ListenEnd::Cycles);
         assert_eq!(server.requests().len(), 1, "{body}");
