@@ -63,6 +63,7 @@ pub mod suggest;
 mod toolset;
 pub mod trace;
 mod unique;
+mod url_text;
 
 pub use catalog::{
     Completion, CompletionRef, CompletionRequest, Message, Prompt, PromptArgument, PromptSpec,
@@ -91,6 +92,7 @@ pub use spec::{TaskSupport, ToolAnnotations, ToolCall, ToolSpec, schema_for};
 pub use toolset::ToolSet;
 pub use trace::TraceParent;
 pub use unique::unique_token;
+pub use url_text::unparsed_url_for_messages;
 
 /// A JSON object: the shape of tool arguments and of `extras`.
 pub type JsonObject = serde_json::Map<String, serde_json::Value>;

@@ -131,25 +131,7 @@ fn location_for_messages(requested: &reqwest::Url, location: &str) -> String {
     if let Ok(url) = requested.join(location) {
         return url_for_messages(&url);
     }
-    let location = location.split(['?', '#']).next().unwrap_or_default();
-    let (scheme, rest) = match location.find("://") {
-        Some(at) => location.split_at(at + "://".len()),
-        None => ("", location),
-    };
-    let authority = rest.split('/').next().unwrap_or_default();
-    let rest = match authority.rfind('@') {
-        Some(at) => &rest[at + 1..],
-        None => rest,
-    };
-    let mut shown = String::with_capacity(scheme.len() + rest.len());
-    for c in scheme.chars().chain(rest.chars()) {
-        if c.is_control() {
-            shown.extend(c.escape_default());
-        } else {
-            shown.push(c);
-        }
-    }
-    excerpt(&shown, LOCATION_EXCERPT_BYTES)
+    toolmux_core::unparsed_url_for_messages(location, LOCATION_EXCERPT_BYTES)
 }
 
 /// How long an answer's `Retry-After` (or `retry-after-ms`) asks to wait.

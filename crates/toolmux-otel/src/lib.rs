@@ -116,8 +116,9 @@ impl Settings {
             Ok(base) if scheme_ok => base,
             _ => {
                 return Err(format!(
-                    "endpoint `{endpoint}` is not an http:// or https:// address (an OTLP/HTTP \
-                     collector listens on one, as `http://localhost:4318`)"
+                    "endpoint `{}` is not an http:// or https:// address (an OTLP/HTTP \
+                     collector listens on one, as `http://localhost:4318`)",
+                    endpoint_for_messages(&endpoint)
                 ));
             }
         };
@@ -470,6 +471,24 @@ fn url_for_logs(url: &str) -> String {
     let _ = shown.set_password(None);
     let _ = shown.set_username("");
     shown.set_query(None);
+    shown.to_string()
+}
+
+/// The longest endpoint an error shows, in bytes, when it is no URL.
+const ENDPOINT_EXCERPT_BYTES: usize = 200;
+
+/// An endpoint refused, as its error shows it: without user name, password, query or
+/// fragment (any of which may carry a token) when it parses as a URL, else as
+/// [`toolmux_core::unparsed_url_for_messages`] shows text.
+fn endpoint_for_messages(endpoint: &str) -> String {
+    let Ok(mut shown) = reqwest::Url::parse(endpoint) else {
+        return toolmux_core::unparsed_url_for_messages(endpoint, ENDPOINT_EXCERPT_BYTES);
+    };
+    // Both fail only for URLs that cannot have user info, which then have none to hide.
+    let _ = shown.set_password(None);
+    let _ = shown.set_username("");
+    shown.set_query(None);
+    shown.set_fragment(None);
     shown.to_string()
 }
 

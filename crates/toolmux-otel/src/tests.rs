@@ -431,6 +431,17 @@ fn settings_come_from_the_configuration_then_the_standard_variables() {
     };
     expect!["endpoint `localhost:4318` is not an http:// or https:// address (an OTLP/HTTP collector listens on one, as `http://localhost:4318`)"]
         .assert_eq(&refused(OtlpConfig { endpoint: Some("localhost:4318".into()), ..OtlpConfig::default() }, &no_env));
+    // A token in the endpoint is not shown, whether it parses or not.
+    for (endpoint, shown) in [
+        ("ftp://user:s3cret@collector:2121/x?token=s3cret#s3cret", "ftp://collector:2121/x"),
+        ("http://sk-s3cret@[::1:4318/x?token=s3cret", "http://[::1:4318/x"),
+        ("http://collector:99999\u{1b}[31m#s3cret", "http://collector:99999\\u{1b}[31m"),
+    ] {
+        let config = OtlpConfig { endpoint: Some(endpoint.into()), ..OtlpConfig::default() };
+        let message = refused(config, &no_env);
+        assert!(message.starts_with(&format!("endpoint `{shown}` is not")), "{message}");
+        assert!(!message.contains("s3cret"), "{message}");
+    }
     expect!["intervalMs is 0; give the milliseconds between two exports"]
         .assert_eq(&refused(OtlpConfig { interval_ms: Some(0), ..OtlpConfig::default() }, &no_env));
     expect!["`traces` and `metrics` are both false: nothing would be sent; remove `telemetry.otlp` instead"]
