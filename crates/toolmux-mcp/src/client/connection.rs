@@ -456,7 +456,7 @@ pub(crate) async fn connect(
         url: config.url.clone().filter(|_| kind != TransportKind::Stdio),
     };
     if connection.is_modern() {
-        listen_for_list_changes(server, &connection, events);
+        listen_for_list_changes(server, &connection, events, config.request_timeout());
     }
     Ok(connection)
 }
@@ -856,8 +856,17 @@ const RELISTEN_HEALTHY: Duration = Duration::from_secs(30);
 /// On 2026-07-28, list changes arrive only on a `subscriptions/listen` stream: it is
 /// subscribed to for as long as the connection lives, again after it ends (with backoff),
 /// and every subscription after the first has the lists read again, since changes made
-/// meanwhile were told to nobody.
-fn listen_for_list_changes(server: &str, connection: &Connection, events: &Arc<Events>) {
+/// meanwhile were told to nobody. The server's acknowledgment of each subscription is
+/// waited for `acknowledged_within` (the connection's request timeout); one that does not
+/// come in time is given up and asked for again with the same backoff, so a server that
+/// takes the request and never answers does not hold the listening for good (the stream
+/// itself, once acknowledged, stays open as long as the server keeps it).
+fn listen_for_list_changes(
+    server: &str,
+    connection: &Connection,
+    events: &Arc<Events>,
+    acknowledged_within: Duration,
+) {
     // Each list whose changes the server says it announces; a server announcing only its
     // prompts' (or resources') is listened to as well as one announcing its tools'.
     let capabilities = connection.info.as_ref().map(|i| &i.capabilities);
@@ -889,7 +898,22 @@ fn listen_for_list_changes(server: &str, connection: &Connection, events: &Arc<E
                 return;
             }
             let started = tokio::time::Instant::now();
-            match peer.listen(filter.clone()).await {
+            let Ok(listened) =
+                tokio::time::timeout(acknowledged_within, peer.listen(filter.clone())).await
+            else {
+                tracing::debug!(
+                    server = %server,
+                    timeout_ms = acknowledged_within.as_millis() as u64,
+                    "subscriptions/listen was not acknowledged within the request timeout; \
+                     asking again"
+                );
+                let delay =
+                    RELISTEN_BASE.saturating_mul(1u32 << failures.min(16)).min(RELISTEN_MAX);
+                failures += 1;
+                tokio::time::sleep(delay).await;
+                continue;
+            };
+            match listened {
                 Ok(mut subscription) => {
                     if subscribed_before {
                         let Some(events) = events.upgrade() else { return };
