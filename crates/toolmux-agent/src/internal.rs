@@ -307,8 +307,28 @@ pub(crate) const ASK_USER_MAX_WAIT_SECS: u64 = 3600;
 #[derive(Debug, Deserialize)]
 pub(crate) struct AskUser {
     pub(crate) question: String,
-    #[serde(default)]
+    /// `defaultAnswer` is the seeds' `clarify` name for it (given with `default_answer`,
+    /// the call is refused as a duplicate field).
+    #[serde(default, alias = "defaultAnswer")]
     pub(crate) default_answer: Option<String>,
     #[serde(default)]
     pub(crate) timeout_seconds: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model or caller using the seeds' `clarify` name, `defaultAnswer`, is heard: serde
+    /// dropped the unknown name, and nobody answering left the run with no answer.
+    #[test]
+    fn ask_user_takes_the_seed_s_default_answer() {
+        let ask: AskUser =
+            serde_json::from_value(json!({"question": "Which branch?", "defaultAnswer": "main"}))
+                .expect("valid arguments");
+        assert_eq!(ask.default_answer.as_deref(), Some("main"));
+        let both = json!({"question": "?", "defaultAnswer": "a", "default_answer": "b"});
+        let error = serde_json::from_value::<AskUser>(both).expect_err("two values");
+        assert!(error.to_string().contains("duplicate field `default_answer`"), "{error}");
+    }
 }
