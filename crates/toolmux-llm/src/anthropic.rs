@@ -11,7 +11,7 @@ use crate::{
 };
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 use tokio_util::sync::CancellationToken;
 use toolmux_core::schema::{SchemaRules, adapt};
@@ -184,7 +184,9 @@ impl AnthropicModel {
 }
 
 /// The deltas of a turn continued after pauses, passed on to the caller's sink as those of
-/// one answer: each part's calls numbered after the calls of the parts before it, and a
+/// one answer: each part's calls numbered after the calls of the parts before it, a call
+/// whose id an earlier call of the turn has renamed as the answer renames it
+/// ([`distinct_ids`], over the whole turn's calls), and a
 /// part's [`ModelDelta::Restart`] (its request tried again) followed by the deltas of the
 /// parts before it once more, since a restart voids everything the caller received while
 /// the answer still holds what those parts gave.
@@ -203,6 +205,10 @@ struct PartsState {
     current: usize,
     /// The calls of the earlier parts, which the current part's are numbered after.
     earlier_calls: usize,
+    /// The ids of the calls passed on since the last restart, as passed on.
+    ids: HashSet<String>,
+    /// Those of the earlier parts' calls, which a restart goes back to.
+    earlier_ids: HashSet<String>,
 }
 
 /// A delta passed on, owned, to be passed on again after a restart.
@@ -228,6 +234,7 @@ impl<'a> StreamedParts<'a> {
         match delta {
             ModelDelta::Restart => {
                 state.sent.truncate(current);
+                state.ids = state.earlier_ids.clone();
                 (self.sink)(ModelDelta::Restart);
                 for sent in &state.sent {
                     (self.sink)(sent.as_delta());
@@ -242,7 +249,15 @@ impl<'a> StreamedParts<'a> {
             }
             ModelDelta::ToolCall { index, id, name } => {
                 let index = index.saturating_add(offset);
-                let (id, name) = (id.to_owned(), name.to_owned());
+                // As `distinct_ids` renames it in the answer; an id left empty is made
+                // there, unknown here.
+                let id = if !id.is_empty() && state.ids.contains(id) {
+                    distinct_id(id, |taken| state.ids.contains(taken))
+                } else {
+                    id.to_owned()
+                };
+                state.ids.insert(id.clone());
+                let name = name.to_owned();
                 (self.sink)(ModelDelta::ToolCall { index, id: &id, name: &name });
                 state.sent.push(SentDelta::ToolCall { index, id, name });
             }
@@ -268,6 +283,7 @@ impl<'a> StreamedParts<'a> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.earlier_calls = state.earlier_calls.saturating_add(calls);
         state.current = state.sent.len();
+        state.earlier_ids = state.ids.clone();
     }
 }
 
@@ -711,7 +727,7 @@ fn tool_use(call: &ModelToolCall) -> Value {
 /// longer in the turn goes not, one only there goes after the blocks) and blank text,
 /// which the API refuses in a request.
 fn kept_blocks(blocks: &[Value], tool_calls: &[ModelToolCall]) -> Vec<Value> {
-    let mut written = std::collections::HashSet::new();
+    let mut written = HashSet::new();
     let mut out: Vec<Value> = blocks
         .iter()
         .filter_map(|block| match block["type"].as_str() {

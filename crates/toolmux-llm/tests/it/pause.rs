@@ -293,3 +293,37 @@ async fn the_calls_of_a_continued_turn_are_numbered_after_the_earlier_parts() {
     assert_eq!(serde_json::from_str::<Value>(&arguments(0)).unwrap(), read, "{seen:?}");
     assert_eq!(serde_json::from_str::<Value>(&arguments(1)).unwrap(), stat, "{seen:?}");
 }
+
+/// Two parts of a continued turn that give their calls the same id: the deltas name the
+/// second call as the answer does (renamed, so that its result names it alone), where they
+/// gave both calls one id and disagreed with the answer.
+#[tokio::test]
+async fn a_call_renamed_in_a_continued_turn_is_streamed_renamed() {
+    let (read, stat) = (json!({"path": "README.md"}), json!({"path": "src"}));
+    let mut paused = vec![start(100)];
+    paused.extend(call_block(0, "toolu_same", "fs__read", &read));
+    paused.extend(stop("pause_turn", 20));
+    let mut done = vec![start(300)];
+    done.extend(call_block(0, "toolu_same", "fs__stat", &stat));
+    done.extend(stop("tool_use", 30));
+    let (base, _bodies) = sse_script_server(vec![paused, done]).await;
+    let model = toolmux_llm::connect("scripted", &config(Dialect::Anthropic, base)).unwrap();
+    let recorder = Recorder::default();
+    let answer = model
+        .complete_streaming(&hello(), &CancellationToken::new(), &|d| recorder.take(d))
+        .await
+        .unwrap();
+    let ids: Vec<&str> = answer.tool_calls.iter().map(|call| call.id.as_str()).collect();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(ids[0], "toolu_same");
+    assert_ne!(ids[1], "toolu_same");
+    let seen = recorder.seen();
+    let streamed: Vec<(usize, &str)> = seen
+        .iter()
+        .filter_map(|s| match s {
+            Seen::Call(index, id, _) => Some((*index, id.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(streamed, [(0, ids[0]), (1, ids[1])], "{seen:?}");
+}
