@@ -154,7 +154,6 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
         Ok(Vec::new())
     }
 
-
     /// Renames in `arguments` of `tool` the names the provider accepts besides those of its
     /// input schema (other programs' names for the same arguments, such as `file_path` for
     /// `path`) to the schema's names, so that validation, rules on calls, hooks and the cache
