@@ -69,7 +69,8 @@ fn a_pre_tool_use_hook_refuses_a_call_of_tools_call() {
     .expect("the hook got JSON");
     assert_eq!(input["hook_event_name"], "PostToolUse");
     assert_eq!(input["tool_name"], "fs__read");
-    assert_eq!(input["tool_input"], json!({"path": "notes.md"}));
+    // The path also under Claude Code's name, for guards pasted from it.
+    assert_eq!(input["tool_input"], json!({"path": "notes.md", "file_path": "notes.md"}));
     assert!(
         input["tool_response"]["content"][0]["text"].as_str().is_some_and(|t| t.contains("TODO"))
     );
