@@ -945,13 +945,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
     // The command line's over the file's (checked when it was built).
     let serve = &loaded.config.serve;
     let client = args.client.or(serve.client_profile().ok().flatten());
-    let (affinity, unshared) = match args.transport.http {
-        Some(addr) => toolmux.session_affinity(addr),
-        None => (None, None),
-    };
-    if let Some(warning) = unshared {
-        eprintln!("warning: {warning}");
-    }
+    let affinity = args.transport.http.and_then(|_| toolmux.session_affinity());
     let mut options = ServeOptions {
         name_prefix: args.name_prefix.or_else(|| serve.name_prefix.clone()),
         client: client.unwrap_or_default(),

@@ -79,11 +79,10 @@ pub struct RedisConfig {
     /// `::`); with a wildcard and no URL, requests are not forwarded (sessions then stay
     /// with the replica that made them, as without Redis).
     ///
-    /// Replicas sharing their sessions this way also share, through Redis, the key they seal
-    /// the stateless revision's `requestState` with (under `{prefix}:mcp:seal-key`, set
-    /// by the first replica to start), so that a multi-round request's next round may
-    /// reach any of them; with a wildcard and no URL each replica keys its own, and a next
-    /// round reaching another replica fails. `serve --http` reads that key when it starts
+    /// The replicas also share, through Redis, the key they seal the stateless revision's
+    /// `requestState` with (under `{prefix}:mcp:seal-key`, set by the first replica to
+    /// start), so that a multi-round request's next round may reach any of them; with a
+    /// wildcard and no URL too, since the key needs no address. `serve --http` reads that key when it starts
     /// and refuses to start when Redis does not give it within 10 s (sooner when a
     /// command fails, after `timeoutMs`), saying to check the backend; without `--http`,
     /// a Redis that does not answer at start is only a warning.

@@ -547,29 +547,15 @@ impl Toolmux {
         })
     }
 
-    /// With `backend.redis`, the MCP sessions `toolmux serve --http` on `http` shares
-    /// with the other replicas ([`toolmux_mcp::server::ServeOptions::affinity`]): recorded
-    /// in Redis, and requests of another replica's sessions forwarded to it. On a wildcard
-    /// address without `backend.redis.advertiseUrl`, where the others reach this replica
-    /// cannot be told: none, and the warning to show saying so.
+    /// With `backend.redis`, what `toolmux serve --http` shares with the other replicas
+    /// ([`toolmux_mcp::server::ServeOptions::affinity`]): the key it seals the stateless
+    /// revision's `requestState` with, and its MCP sessions (recorded in Redis, requests of
+    /// another replica's sessions forwarded to it). On a wildcard address without
+    /// `backend.redis.advertiseUrl`, where the others reach this replica cannot be told: the
+    /// server then shares the key but not its sessions, and warns saying so.
     #[cfg(all(feature = "mcp", feature = "redis"))]
-    pub fn session_affinity(
-        &self,
-        http: std::net::SocketAddr,
-    ) -> (Option<toolmux_mcp::server::SessionAffinity>, Option<String>) {
-        match &self.session_affinity {
-            Some(affinity) if affinity.advertise_url.is_none() && http.ip().is_unspecified() => {
-                let warning = format!(
-                    "backend.redis: MCP sessions are not shared with the other replicas: \
-                     `--http {http}` is every address, so where they reach this one cannot be \
-                     told; set `backend.redis.advertiseUrl` (such as `http://10.0.0.5:{}`), \
-                     or route each session to one replica by its `Mcp-Session-Id`",
-                    http.port()
-                );
-                (None, Some(warning))
-            }
-            affinity => (affinity.clone(), None),
-        }
+    pub fn session_affinity(&self) -> Option<toolmux_mcp::server::SessionAffinity> {
+        self.session_affinity.clone()
     }
 
     /// The configured agents, attached to the orchestrator; `None` without `agents`.

@@ -200,10 +200,14 @@ fn initialize_with(address: &str, headers: &[(&str, &str)]) -> String {
 
 /// The sessions recorded in `redis` (`KEYS toolmux:session:*`), by a bare RESP exchange.
 fn session_records(redis: &toolmux_test_support::redis::RedisServer) -> usize {
+    redis_keys(redis, "toolmux:session:*")
+}
+
+/// How many keys of `redis` match `pattern`.
+fn redis_keys(redis: &toolmux_test_support::redis::RedisServer, pattern: &str) -> usize {
     let mut stream =
         std::net::TcpStream::connect(("127.0.0.1", redis.port())).expect("connect to redis");
     stream.set_read_timeout(Some(Duration::from_secs(10))).expect("a timeout");
-    let pattern = "toolmux:session:*";
     let command = format!("*2\r\n$4\r\nKEYS\r\n${}\r\n{pattern}\r\n", pattern.len());
     stream.write_all(command.as_bytes()).expect("send to redis");
     let mut reader = BufReader::new(stream);
@@ -422,7 +426,9 @@ fn forwarded_requests_carry_the_clients_key() {
 }
 
 /// Bound to every address without `advertiseUrl`, a replica cannot tell where the others
-/// reach it: it says so at start, naming the key, and records no session.
+/// reach it: it says so at start, naming the key, and records no session; it shares the
+/// key of `requestState` all the same (which needs no address), so that a stateless
+/// request's next round may reach another replica. (It kept a key of its own.)
 #[test]
 fn a_replica_on_every_address_without_an_advertised_url_says_so_and_records_nothing() {
     const KEY: &str = "k3y-for-affinity-tests-0123456789";
@@ -437,4 +443,5 @@ fn a_replica_on_every_address_without_an_advertised_url_says_so_and_records_noth
     assert_eq!(session_records(&redis), 0);
     let log = a.log();
     assert_eq!(log.matches("backend.redis.advertiseUrl").count(), 1, "{log}");
+    assert_eq!(redis_keys(&redis, "toolmux:mcp:seal-key"), 1, "the key is shared\n{log}");
 }

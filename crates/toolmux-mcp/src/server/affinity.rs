@@ -193,9 +193,11 @@ impl Registry {
             None if bound.ip().is_unspecified() => {
                 tracing::warn!(
                     target: "toolmux::serve",
-                    "sessions are not shared with other replicas: this server is bound to \
-                     every address ({bound}), so where they reach it cannot be told; set \
-                     `backend.redis.advertiseUrl` (such as `http://10.0.0.5:{}`)",
+                    "sessions are not shared with other replicas (the key of requestState \
+                     still is): this server is bound to every address ({bound}), so where \
+                     they reach it cannot be told; set `backend.redis.advertiseUrl` (such as \
+                     `http://10.0.0.5:{}`), or route each session to one replica by its \
+                     `Mcp-Session-Id`",
                     bound.port()
                 );
                 return None;
