@@ -1399,16 +1399,22 @@ async fn a_sub_agent_ends_within_the_time_it_was_called_for() {
     assert_eq!(report.usage, Usage::new(400, 40), "{report:?}");
 }
 
+/// Settings under which the orchestrator cuts an agent's call 200 ms after its last
+/// progress (which each turn makes), within a 10 s cap.
+fn agents_cut_after_200ms_idle() -> OrchestratorConfig {
+    let settings = toolmux_orchestrator::ToolSettings::default()
+        .with_timeout(std::time::Duration::from_millis(200))
+        .with_progress_reset(std::time::Duration::from_secs(10));
+    OrchestratorConfig::default().with_provider_settings("agent", settings)
+}
+
 /// A sub-agent that the orchestrator cuts at its call's timeout (here 200 ms without
 /// progress, which each turn restarts, within a 10 s cap the agent ends its run by) leaves
 /// its tokens and calls so far in its caller's figures and budget, where they were lost
 /// with it.
 #[tokio::test(start_paused = true)]
 async fn a_sub_agent_cut_at_its_timeout_leaves_its_figures_to_its_caller() {
-    let settings = toolmux_orchestrator::ToolSettings::default()
-        .with_timeout(std::time::Duration::from_millis(200))
-        .with_progress_reset(std::time::Duration::from_secs(10));
-    let config = OrchestratorConfig::default().with_provider_settings("agent", settings);
+    let config = agents_cut_after_200ms_idle();
     // Two turns, then no answer: cut 200 ms later.
     let child = Arc::new(ScriptedModel {
         hang_when_done: true,
@@ -1441,10 +1447,7 @@ async fn a_sub_agent_cut_at_its_timeout_leaves_its_figures_to_its_caller() {
 /// which counted only with a report before (usage 300/30 and no refused call).
 #[tokio::test(start_paused = true)]
 async fn a_cut_sub_agent_leaves_its_sampling_tokens_and_refusals_to_its_caller() {
-    let settings = toolmux_orchestrator::ToolSettings::default()
-        .with_timeout(std::time::Duration::from_millis(200))
-        .with_progress_reset(std::time::Duration::from_secs(10));
-    let config = OrchestratorConfig::default().with_provider_settings("agent", settings);
+    let config = agents_cut_after_200ms_idle();
     // A turn that samples and calls a tool that does not exist, the sampling's answer,
     // then no answer: cut 200 ms later.
     let child = Arc::new(ScriptedModel {

@@ -373,14 +373,7 @@ impl ExternalProvider {
             let mut shown = None;
             if let (Some((spaces, who)), Some(arguments)) = (&space, shown_arguments) {
                 let id = inline_call_id();
-                let message = spaces::ToolMessage {
-                    name: full.clone(),
-                    tool_name: name.to_owned(),
-                    arguments,
-                    status: spaces::ToolStatus::RequiresAction,
-                    result: None,
-                    call_id: Some(id.clone()),
-                };
+                let message = awaited_message(&full, name, arguments, &id);
                 if spaces.post_tool(who, message).await?.is_err() {
                     return Ok(not_in_space(&full));
                 }
@@ -458,14 +451,7 @@ impl ExternalProvider {
             withdrawn: Arc::default(),
         };
         if let (Some((spaces, who)), Some(arguments)) = (&space, shown_arguments) {
-            let message = spaces::ToolMessage {
-                name: full.clone(),
-                tool_name: name.to_owned(),
-                arguments,
-                status: spaces::ToolStatus::RequiresAction,
-                result: None,
-                call_id: Some(call_id.clone()),
-            };
+            let message = awaited_message(&full, name, arguments, &call_id);
             // The change may run on after this call is dropped (in a task of its own): the
             // guard's flag, looked at under the lock, keeps it from posting then.
             let withdrawn = unwaited.withdrawn.clone();
@@ -766,6 +752,19 @@ impl Drop for FinishOnDrop {
         let mut cleanups = self.cleanups.lock().unwrap_or_else(|e| e.into_inner());
         cleanups.retain(|task| !task.is_finished());
         cleanups.push(task);
+    }
+}
+
+/// The message showing a call of the tool `name` (`full` as its caller names it) in a
+/// space while its answer is awaited, under `call_id`.
+fn awaited_message(full: &str, name: &str, arguments: Value, call_id: &str) -> spaces::ToolMessage {
+    spaces::ToolMessage {
+        name: full.to_owned(),
+        tool_name: name.to_owned(),
+        arguments,
+        status: spaces::ToolStatus::RequiresAction,
+        result: None,
+        call_id: Some(call_id.to_owned()),
     }
 }
 

@@ -222,14 +222,8 @@ async fn a_restart_in_a_continuation_keeps_what_the_earlier_part_streamed() {
     let mut done = vec![start(300)];
     done.extend(text_block(0, "It was released in May."));
     done.extend(stop("end_turn", 30));
-    let (base, bodies) = sse_script_server(vec![paused, broken, done]).await;
-    let model = toolmux_llm::connect("scripted", &config(Dialect::Anthropic, base)).unwrap();
-    let recorder = Recorder::default();
-    let answer = model
-        .complete_streaming(&hello(), &CancellationToken::new(), &|d| recorder.take(d))
-        .await
-        .unwrap();
-    assert_eq!(bodies.lock().unwrap().len(), 3, "one continuation, tried twice");
+    let (answer, requests, recorder) = streamed_turn(vec![paused, broken, done]).await;
+    assert_eq!(requests, 3, "one continuation, tried twice");
     assert_eq!(answer.content, "Let me search.\nIt was released in May.");
     let seen = recorder.seen();
     assert_eq!(seen.iter().filter(|s| **s == Seen::Restart).count(), 1, "{seen:?}");
@@ -251,14 +245,8 @@ async fn the_calls_of_a_continued_turn_are_numbered_after_the_earlier_parts() {
     let mut done = vec![start(300)];
     done.extend(call_block(0, "toolu_b", "fs__stat", &stat));
     done.extend(stop("tool_use", 30));
-    let (base, bodies) = sse_script_server(vec![paused, broken, done]).await;
-    let model = toolmux_llm::connect("scripted", &config(Dialect::Anthropic, base)).unwrap();
-    let recorder = Recorder::default();
-    let answer = model
-        .complete_streaming(&hello(), &CancellationToken::new(), &|d| recorder.take(d))
-        .await
-        .unwrap();
-    assert_eq!(bodies.lock().unwrap().len(), 3, "one continuation, tried twice");
+    let (answer, requests, recorder) = streamed_turn(vec![paused, broken, done]).await;
+    assert_eq!(requests, 3, "one continuation, tried twice");
     let ids: Vec<&str> = answer.tool_calls.iter().map(|call| call.id.as_str()).collect();
     assert_eq!(ids, ["toolu_a", "toolu_b"]);
     assert_eq!(answer.stop, StopReason::ToolUse);
@@ -306,13 +294,7 @@ async fn a_call_renamed_in_a_continued_turn_is_streamed_renamed() {
     let mut done = vec![start(300)];
     done.extend(call_block(0, "toolu_same", "fs__stat", &stat));
     done.extend(stop("tool_use", 30));
-    let (base, _bodies) = sse_script_server(vec![paused, done]).await;
-    let model = toolmux_llm::connect("scripted", &config(Dialect::Anthropic, base)).unwrap();
-    let recorder = Recorder::default();
-    let answer = model
-        .complete_streaming(&hello(), &CancellationToken::new(), &|d| recorder.take(d))
-        .await
-        .unwrap();
+    let (answer, _, recorder) = streamed_turn(vec![paused, done]).await;
     let ids: Vec<&str> = answer.tool_calls.iter().map(|call| call.id.as_str()).collect();
     assert_eq!(ids.len(), 2);
     assert_eq!(ids[0], "toolu_same");
@@ -326,4 +308,18 @@ async fn a_call_renamed_in_a_continued_turn_is_streamed_renamed() {
         })
         .collect();
     assert_eq!(streamed, [(0, ids[0]), (1, ids[1])], "{seen:?}");
+}
+
+/// Streams one Anthropic turn whose requests are answered by `streams` in order, recording
+/// its deltas: the answer, how many requests were made, and the recorder.
+async fn streamed_turn(streams: Vec<Vec<Value>>) -> (ModelResponse, usize, Recorder) {
+    let (base, bodies) = sse_script_server(streams).await;
+    let model = toolmux_llm::connect("scripted", &config(Dialect::Anthropic, base)).unwrap();
+    let recorder = Recorder::default();
+    let answer = model
+        .complete_streaming(&hello(), &CancellationToken::new(), &|d| recorder.take(d))
+        .await
+        .unwrap();
+    let requests = bodies.lock().unwrap().len();
+    (answer, requests, recorder)
 }
