@@ -2,7 +2,7 @@
 //! API documents: the paused content goes back unchanged, and the answer is the whole turn,
 //! its blocks kept for that API alone.
 
-use super::streaming::{Recorder, Seen};
+use super::streaming::{Recorder, Seen, calls};
 use super::*;
 use toolmux_llm::{MAX_CONTINUATIONS, StopReason, Usage};
 
@@ -252,20 +252,13 @@ async fn the_calls_of_a_continued_turn_are_numbered_after_the_earlier_parts() {
     assert_eq!(answer.stop, StopReason::ToolUse);
     let seen = recorder.seen();
     // Tried or not, the second part's call is call 1.
-    for delta in &seen {
-        if let Seen::Call(index, id, _) = delta {
-            assert_eq!(*index, usize::from(id == "toolu_b"), "{seen:?}");
-        }
+    for (index, id, _) in calls(&seen) {
+        assert_eq!(index, usize::from(id == "toolu_b"), "{seen:?}");
     }
     let restart = seen.iter().rposition(|s| *s == Seen::Restart).expect("a restart");
-    let calls: Vec<&Seen> =
-        seen[restart..].iter().filter(|s| matches!(s, Seen::Call(..))).collect();
     assert_eq!(
-        calls,
-        [
-            &Seen::Call(0, "toolu_a".into(), "fs__read".into()),
-            &Seen::Call(1, "toolu_b".into(), "fs__stat".into()),
-        ],
+        calls(&seen[restart..]),
+        [(0, "toolu_a", "fs__read"), (1, "toolu_b", "fs__stat")],
         "{seen:?}"
     );
     // Each call's arguments as the deltas since the restart add them up.
@@ -300,13 +293,8 @@ async fn a_call_renamed_in_a_continued_turn_is_streamed_renamed() {
     assert_eq!(ids[0], "toolu_same");
     assert_ne!(ids[1], "toolu_same");
     let seen = recorder.seen();
-    let streamed: Vec<(usize, &str)> = seen
-        .iter()
-        .filter_map(|s| match s {
-            Seen::Call(index, id, _) => Some((*index, id.as_str())),
-            _ => None,
-        })
-        .collect();
+    let streamed: Vec<(usize, &str)> =
+        calls(&seen).into_iter().map(|(index, id, _)| (index, id)).collect();
     assert_eq!(streamed, [(0, ids[0]), (1, ids[1])], "{seen:?}");
 }
 

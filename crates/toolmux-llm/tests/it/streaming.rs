@@ -23,6 +23,16 @@ pub(super) struct Recorder {
     seen: Mutex<Vec<Seen>>,
 }
 
+/// The calls among recorded deltas, in order: index, id and tool name.
+pub(super) fn calls(seen: &[Seen]) -> Vec<(usize, &str, &str)> {
+    seen.iter()
+        .filter_map(|s| match s {
+            Seen::Call(index, id, name) => Some((*index, id.as_str(), name.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
 impl Recorder {
     pub(super) fn take(&self, delta: ModelDelta<'_>) {
         let seen = match delta {
@@ -114,12 +124,11 @@ async fn a_streamed_answer_arrives_in_pieces_and_adds_up_to_the_whole_answer() {
         let texts = seen.iter().filter(|s| matches!(s, Seen::Text(_))).count();
         assert!(texts > 3, "the text came in one piece: {seen:?}");
         assert_eq!(recorder.text(), streamed.content);
-        let calls: Vec<&Seen> = seen.iter().filter(|s| matches!(s, Seen::Call(..))).collect();
         assert_eq!(
-            calls,
+            calls(&seen),
             [
-                &Seen::Call(0, streamed.tool_calls[0].id.clone(), "fs__read".into()),
-                &Seen::Call(1, streamed.tool_calls[1].id.clone(), "fs__grep".into()),
+                (0, streamed.tool_calls[0].id.as_str(), "fs__read"),
+                (1, streamed.tool_calls[1].id.as_str(), "fs__grep"),
             ],
             "{dialect:?}"
         );
