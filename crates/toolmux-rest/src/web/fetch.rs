@@ -25,8 +25,20 @@ const ERROR_EXCERPT: usize = 600;
 #[derive(Debug, Clone)]
 struct Policy {
     allow_private: bool,
-    allowed_hosts: Vec<String>,
-    denied_hosts: Vec<String>,
+    allowed_hosts: Vec<HostPattern>,
+    denied_hosts: Vec<HostPattern>,
+}
+
+/// A pattern of `allowedHosts` or `deniedHosts`, in the form it is matched in and in the
+/// form the configuration wrote it in.
+#[derive(Debug, Clone)]
+struct HostPattern {
+    /// The form a URL's host takes: a name written in Unicode in its ASCII form
+    /// (`xn--bcher-kva.de`), since that is what [`Url::host_str`] gives.
+    ascii: String,
+    /// As configured (`bücher.de`), which is how messages name it: the person who wrote it
+    /// may not recognise its ASCII form.
+    written: String,
 }
 
 impl Policy {
@@ -50,17 +62,22 @@ impl Policy {
             None => host.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
         };
         let name = literal.map_or_else(|| host.to_owned(), |ip| ip.to_string());
-        let listed = |pattern: &String| match literal {
-            Some(ip) => address_of(pattern) == Some(ip) || host_matches(&name, pattern),
-            None => host_matches(&name, pattern),
+        let listed = |pattern: &HostPattern| match literal {
+            Some(ip) => {
+                address_of(&pattern.ascii) == Some(ip) || host_matches(&name, &pattern.ascii)
+            }
+            None => host_matches(&name, &pattern.ascii),
         };
         if self.denied_hosts.iter().any(listed) {
-            return Some(format!("host `{name}` is in `web.fetch.deniedHosts`"));
+            return Some(format!("host {} is in `web.fetch.deniedHosts`", both_forms(&name)));
         }
         if !self.allowed_hosts.is_empty() && !self.allowed_hosts.iter().any(listed) {
+            let written: Vec<&str> =
+                self.allowed_hosts.iter().map(|p| p.written.as_str()).collect();
             return Some(format!(
-                "host `{name}` is not in `web.fetch.allowedHosts` ({})",
-                self.allowed_hosts.join(", ")
+                "host {} is not in `web.fetch.allowedHosts` ({})",
+                both_forms(&name),
+                written.join(", ")
             ));
         }
         match literal {
@@ -72,15 +89,27 @@ impl Policy {
     }
 }
 
-/// The host patterns in the form a URL's host takes: a name written in Unicode
+/// A host name as people read it, in backticks: `` `bücher.de` (`xn--bcher-kva.de`) `` for
+/// one whose ASCII form holds punycode, else `` `example.com` ``.
+fn both_forms(ascii: &str) -> String {
+    let (unicode, valid) = idna::domain_to_unicode(ascii);
+    if valid.is_ok() && unicode != ascii.to_ascii_lowercase() {
+        format!("`{unicode}` (`{ascii}`)")
+    } else {
+        format!("`{ascii}`")
+    }
+}
+
+/// The host patterns with the form a URL's host takes: a name written in Unicode
 /// (`bücher.de`, `*.bücher.de`) in its ASCII form (`xn--bcher-kva.de`), since that is what
 /// [`Url::host_str`] gives and so what it is matched against; IP addresses as given.
-fn ascii_patterns(patterns: &[String]) -> Result<Vec<String>, String> {
+fn host_patterns(patterns: &[String]) -> Result<Vec<HostPattern>, String> {
     patterns
         .iter()
         .map(|pattern| {
+            let written = pattern.clone();
             if address_of(pattern).is_some() {
-                return Ok(pattern.clone());
+                return Ok(HostPattern { ascii: written.clone(), written });
             }
             let (wildcard, bare) = match pattern.strip_prefix("*.") {
                 Some(bare) => ("*.", bare),
@@ -98,7 +127,7 @@ fn ascii_patterns(patterns: &[String]) -> Result<Vec<String>, String> {
             // exactly as a URL's host is.
             let parsed = Url::parse(&format!("http://{bare}/")).map_err(|_| not_a_host())?;
             let ascii = parsed.host_str().ok_or_else(not_a_host)?;
-            Ok(format!("{wildcard}{ascii}"))
+            Ok(HostPattern { ascii: format!("{wildcard}{ascii}"), written })
         })
         .collect()
 }
@@ -274,8 +303,8 @@ impl Fetcher {
     pub(crate) fn new(config: &FetchConfig) -> Result<Fetcher, String> {
         let policy = Arc::new(Policy {
             allow_private: config.allow_private,
-            allowed_hosts: ascii_patterns(&config.allowed_hosts)?,
-            denied_hosts: ascii_patterns(&config.denied_hosts)?,
+            allowed_hosts: host_patterns(&config.allowed_hosts)?,
+            denied_hosts: host_patterns(&config.denied_hosts)?,
         });
         let max_redirects = config.max_redirects.unwrap_or(DEFAULT_MAX_REDIRECTS);
         let redirects = Arc::clone(&policy);
@@ -880,6 +909,11 @@ mod tests {
         }
     }
 
+    fn patterns(written: &[&str]) -> Vec<HostPattern> {
+        let written: Vec<String> = written.iter().map(|p| (*p).to_owned()).collect();
+        host_patterns(&written).expect("host patterns")
+    }
+
     #[test]
     fn literal_addresses_and_schemes_are_checked() {
         let policy =
@@ -892,8 +926,8 @@ mod tests {
         assert!(refused("https://example.com/").is_none());
         let listed = Policy {
             allow_private: true,
-            allowed_hosts: vec!["*.example.com".into()],
-            denied_hosts: vec!["bad.example.com".into()],
+            allowed_hosts: patterns(&["*.example.com"]),
+            denied_hosts: patterns(&["bad.example.com"]),
         };
         let refused = |url: &str| listed.refuses(&Url::parse(url).unwrap());
         assert!(refused("https://docs.example.com/").is_none());
@@ -902,7 +936,7 @@ mod tests {
         let metadata = Policy {
             allow_private: true,
             allowed_hosts: Vec::new(),
-            denied_hosts: vec!["169.254.169.254".into()],
+            denied_hosts: patterns(&["169.254.169.254"]),
         };
         let refused = |url: &str| metadata.refuses(&Url::parse(url).unwrap());
         assert!(refused("http://169.254.169.254/").unwrap().contains("deniedHosts"));
@@ -936,5 +970,36 @@ mod tests {
             ..FetchConfig::default()
         });
         assert!(bad.unwrap_err().contains("`a%zz.de`"));
+    }
+
+    /// A refusal lists `allowedHosts` as configured, not in the ASCII form the names are
+    /// matched in, and names a refused host in both forms when they differ.
+    #[test]
+    fn refusals_name_hosts_as_they_were_written() {
+        let fetcher = Fetcher::new(&FetchConfig {
+            allowed_hosts: vec!["bücher.de".into(), "*.Straße.de".into(), "example.com".into()],
+            denied_hosts: vec!["*.bücher.de".into()],
+            ..FetchConfig::default()
+        })
+        .expect("a fetcher");
+        let refused = |url: &str| fetcher.policy.refuses(&Url::parse(url).expect("a URL"));
+        assert_eq!(
+            refused("https://münchen.de/").as_deref(),
+            Some(
+                "host `münchen.de` (`xn--mnchen-3ya.de`) is not in `web.fetch.allowedHosts` \
+                 (bücher.de, *.Straße.de, example.com)"
+            )
+        );
+        assert_eq!(
+            refused("https://example.org/").as_deref(),
+            Some(
+                "host `example.org` is not in `web.fetch.allowedHosts` (bücher.de, *.Straße.de, \
+                 example.com)"
+            )
+        );
+        assert_eq!(
+            refused("https://www.xn--bcher-kva.de/").as_deref(),
+            Some("host `www.bücher.de` (`www.xn--bcher-kva.de`) is in `web.fetch.deniedHosts`")
+        );
     }
 }

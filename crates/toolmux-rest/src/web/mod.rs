@@ -49,11 +49,14 @@ pub struct FetchConfig {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_private: bool,
     /// Only these hosts, when given: `example.com`, or `*.example.com` for its subdomains.
+    /// A name may be written in Unicode (`bücher.de`) or in its ASCII form
+    /// (`xn--bcher-kva.de`): either matches the host however a URL writes it. A refusal
+    /// lists the patterns as written here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_hosts: Vec<String>,
-    /// Never these hosts (same patterns, or IP addresses such as `169.254.169.254` and
-    /// `::1`), redirects included; an address is refused also where a host name resolves to
-    /// it.
+    /// Never these hosts (same patterns, Unicode names included, or IP addresses such as
+    /// `169.254.169.254` and `::1`), redirects included; an address is refused also where a
+    /// host name resolves to it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub denied_hosts: Vec<String>,
     /// The most bytes read of one response (default 5 MB); the rest is cut and said so.
