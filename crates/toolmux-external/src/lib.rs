@@ -50,11 +50,13 @@
 mod folder;
 mod gateway;
 mod journal;
+mod shown;
 pub mod spaces;
 mod store;
 mod store_dir;
 
 pub use gateway::{DEFAULT_HISTORY, GATEWAY_NAMESPACE, GatewayProvider, MAX_PAGE};
+pub use shown::ShownCall;
 pub use spaces::Spaces;
 pub use store::{
     CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_INBOXES, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL,

@@ -1042,3 +1042,53 @@ async fn a_space_s_changes_carry_the_events_of_visible_calls() {
     assert_eq!(all.first().map(String::as_str), Some("message 0"));
     assert!(all.contains(&"tool.started 1".to_owned()) && all.contains(&"tool.done 1".to_owned()));
 }
+
+/// The message of each call in space `space`, oldest first: `tool status result`.
+async fn tool_messages(gateway: &GatewayProvider, space: &str) -> Vec<String> {
+    let person = CallContext::new().with_run_id("ui");
+    let read = json!({"space": space, "offset": 0});
+    let page = gateway.call("read_messages", read, &person).await.expect("read");
+    let messages = json_of(&page)["messages"].clone();
+    let tools = messages.as_array().expect("messages").iter().filter_map(|m| m.get("tool"));
+    let line =
+        |t: &Value| format!("{} {} {} {}", t["name"], t["toolName"], t["status"], t["result"]);
+    tools.map(line).collect()
+}
+
+/// The call of any tool shown in its caller's space (`Spaces::show_call`, the facade's
+/// `tools.NAME.showInSpace`) is posted as a visible inline call is, `requires_action` as
+/// it starts, and finished with its result, its error, or `cancelled` when dropped; a
+/// caller in no space has none posted.
+#[tokio::test]
+async fn a_shown_call_is_posted_as_it_starts_and_finished_as_it_ends() {
+    use toolmux_external::spaces::Who;
+    let spaces = Spaces::in_memory();
+    let gateway = GatewayProvider::new(spaces.clone());
+    let me = agent("reader", "r1");
+    let nowhere = spaces.show_call(&Who::of(&me), "fs__read", json!({})).await.expect("looked");
+    assert!(nowhere.is_none(), "no space, nothing shown");
+    gateway.call("enter_space", json!({"space": "desk"}), &me).await.expect("enter");
+    let shown = spaces.show_call(&Who::of(&me), "fs__read", json!({"path": "a.txt"})).await;
+    let shown = shown.expect("posted").expect("in a space");
+    let (events, started) = space_events(&gateway, "desk", 0).await;
+    assert_eq!(events, ["message 0", "tool.started 0"]);
+    shown.answered(&ToolOutput::text(r#"{"lines": 2}"#)).await.expect("finished");
+    let (events, _) = space_events(&gateway, "desk", started).await;
+    assert_eq!(events, ["message 0", "tool.done 0"]);
+    let failing = spaces.show_call(&Who::of(&me), "fs__read", json!({})).await;
+    failing.expect("posted").expect("in a space").failed("no such file").await.expect("finished");
+    let dropped = spaces.show_call(&Who::of(&me), "fs__read", json!({})).await;
+    drop(dropped.expect("posted").expect("in a space"));
+    toolmux_test_support::eventually("the dropped call is cancelled", || async {
+        tool_messages(&gateway, "desk").await.last().is_some_and(|m| m.contains("cancelled"))
+    })
+    .await;
+    assert_eq!(
+        tool_messages(&gateway, "desk").await,
+        [
+            r#""fs__read" "fs__read" "complete" {"lines":2}"#,
+            r#""fs__read" "fs__read" "error" "no such file""#,
+            r#""fs__read" "fs__read" "cancelled" null"#,
+        ]
+    );
+}
