@@ -448,6 +448,9 @@ impl Agents {
             None => (Vec::new(), None),
         };
         let resumed_run = resume.is_some();
+        // The run's asynchronous calls whose results had not come at the last hand-off: the
+        // run's, not the agent's, so the next agent waits for them as the last would have.
+        let mut handed_pending = None;
         loop {
             let config = self
                 .inner
@@ -511,6 +514,7 @@ impl Agents {
                 resume: resume.take(),
                 handed: session::Spent { turns: totals.turns, tokens: totals.usage.total() },
                 handed_results: &handed_results,
+                handed_pending: handed_pending.take(),
             };
             tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");
             let resuming = session.resume.is_some();
@@ -532,7 +536,8 @@ impl Agents {
                     }
                     return Ok(report);
                 }
-                SessionEnd::Handoff { to, message, figures } => {
+                SessionEnd::Handoff { to, message, figures, pending } => {
+                    handed_pending = Some(pending);
                     totals.turns += figures.turns;
                     totals.tool_calls += figures.tool_calls;
                     totals.refused_calls += figures.refused_calls;

@@ -33,7 +33,14 @@ pub(crate) enum SessionEnd {
     /// With a report.
     Report(AgentReport),
     /// With the task handed to another agent; the report carries the session's figures.
-    Handoff { to: String, message: Option<String>, figures: AgentReport },
+    Handoff {
+        to: String,
+        message: Option<String>,
+        figures: AgentReport,
+        /// Calls of asynchronous external tools whose results had not come when the
+        /// session handed the task on: the run's, so the next agent's to wait for.
+        pending: usize,
+    },
 }
 
 /// What one tool call did besides answering.
@@ -131,6 +138,11 @@ pub(crate) struct Session<'a> {
     /// Results the agents that handed the task on took from the run's inbox and did not
     /// read: given to this one's model, one portion a turn, as its own would be.
     pub(crate) handed_results: &'a [Value],
+    /// Calls of asynchronous external tools whose results had not come when the agents
+    /// before it handed the task on: the run's calls, whose results come to the run's
+    /// inbox, which it reads as they would have. `None` for the run's first session, which
+    /// counts them in its history.
+    pub(crate) handed_pending: Option<usize>,
 }
 
 /// The turns and tokens a run spent.
@@ -374,8 +386,11 @@ impl Session<'_> {
             calls_besides_status: false,
             repeats: Repeats::default(),
             // A conversation that goes on (a resumed run, a chat's next message) may have
-            // asynchronous results waiting in the run's inbox since it stopped.
-            pending_external: AtomicUsize::new(pending_in(self.history)),
+            // asynchronous results waiting in the run's inbox since it stopped; a session
+            // handed the task goes on waiting for those the agents before it waited for.
+            pending_external: AtomicUsize::new(
+                self.handed_pending.unwrap_or_else(|| pending_in(self.history)),
+            ),
             // A paused run's results that had not reached the model yet come first, then
             // those the agents before it took and did not read (taken out of the inbox,
             // they are nowhere else).
@@ -430,7 +445,7 @@ impl Session<'_> {
                     };
                     // Results handed on by the agents before it leave with the report.
                     let end = SessionEnd::Report(self.failed(&figures, message));
-                    return self.finish(end, Vec::new(), state.arrived);
+                    return self.finish(end, Vec::new(), state);
                 }
             }
         }
@@ -464,7 +479,7 @@ impl Session<'_> {
             if let Some(end) = self.resumed(resume, &mut state, &mut request, &mut figures).await {
                 // Hooks' context is given with the model's next turn, which a run that
                 // ends (or pauses again) here does not take.
-                return self.finish(end, request.messages, state.arrived);
+                return self.finish(end, request.messages, state);
             }
             if !hook_context.is_empty() {
                 request.messages.push(Message::user(format!(
@@ -881,7 +896,7 @@ impl Session<'_> {
                 break SessionEnd::Report(self.failed(&figures, message));
             }
         };
-        self.finish(end, request.messages, state.arrived)
+        self.finish(end, request.messages, state)
     }
 
     /// The model's answer to `request`. When somebody follows the run's text
@@ -961,14 +976,11 @@ impl Session<'_> {
     }
 
     /// The session's end as its caller gets it: with the conversation when kept, and with
-    /// the results taken from the inbox that did not reach the model, `arrived`
-    /// ([`AgentReport::unread_results`]): taken out of the inbox, they are nowhere else.
-    fn finish(
-        &self,
-        end: SessionEnd,
-        transcript: Vec<Message>,
-        arrived: VecDeque<Value>,
-    ) -> SessionEnd {
+    /// the results taken from the inbox that did not reach the model, `state.arrived`
+    /// ([`AgentReport::unread_results`]): taken out of the inbox, they are nowhere else; a
+    /// hand-off also with the calls whose results are still to come.
+    fn finish(&self, end: SessionEnd, transcript: Vec<Message>, state: State) -> SessionEnd {
+        let arrived = state.arrived;
         if !arrived.is_empty() {
             tracing::debug!(target: "toolmux::agent", agent = self.name, unread = arrived.len(),
                 "the session ends with results its model did not read");
@@ -981,9 +993,10 @@ impl Session<'_> {
                 }
                 SessionEnd::Report(report)
             }
-            SessionEnd::Handoff { to, message, mut figures } => {
+            SessionEnd::Handoff { to, message, mut figures, pending: _ } => {
                 figures.unread_results.extend(arrived);
-                SessionEnd::Handoff { to, message, figures }
+                let pending = state.pending_external.into_inner();
+                SessionEnd::Handoff { to, message, figures, pending }
             }
         }
     }
@@ -1198,7 +1211,8 @@ impl Session<'_> {
             }
         }
         if let Some((to, message)) = handoff {
-            return Some(SessionEnd::Handoff { to, message, figures: figures.clone() });
+            // The calls still pending are the state's, which `finish` adds.
+            return Some(SessionEnd::Handoff { to, message, figures: figures.clone(), pending: 0 });
         }
         if let Some(question) = question {
             let mut report = figures.clone();

@@ -1673,6 +1673,85 @@ async fn results_an_agent_did_not_read_go_to_the_agent_it_hands_off_to() {
     assert_eq!(given, [1, 2]);
 }
 
+/// The run's asynchronous calls whose results had not come when an agent handed the task
+/// on are the next agent's to wait for: its model is given their results as they arrive,
+/// with how many are still to come, and the run leaves nothing in the inbox. Before, the
+/// agent taking over counted only its own calls, never read the inbox, and the results
+/// stayed there, read by no model and missing from the report.
+#[tokio::test]
+async fn calls_pending_at_a_hand_off_are_waited_for_by_the_next_agent() {
+    use toolmux_external::PendingStore;
+    let (store, external) = async_external("build", "Starts a build");
+    let builds: Vec<(&str, Value)> =
+        (0..2).map(|i| ("external__build", json!({"target": i}))).collect();
+    let front = Arc::new(
+        ScriptedModel::new("front")
+            .calls(builds)
+            .calls(vec![("router__handoff-to", json!({"agent": "billing"}))]),
+    );
+    // Each turn of the agent taking over, one build is done meanwhile.
+    let answering = |target: u64| {
+        let store = store.clone();
+        move |_: &ModelRequest| {
+            answer_pending(
+                &store,
+                move |a| a["target"] == target,
+                json!(format!("built {target}")),
+            );
+            let echo = ModelToolCall::new(format!("e{target}"), "mock__echo", json!({"n": target}));
+            Ok(used(ModelResponse::tool_calls(vec![echo])))
+        }
+    };
+    let billing = Arc::new(
+        ScriptedModel::new("billing")
+            .then(answering(0))
+            .then(answering(1))
+            .report("success", "both built"),
+    );
+    let mut definitions = one("front", agent("front"));
+    definitions.agents.insert("billing".into(), agent("billing"));
+    definitions.router =
+        Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
+    let models = BTreeMap::from([
+        (front.name.clone(), front.clone() as Arc<dyn Model>),
+        (billing.name.clone(), billing.clone() as Arc<dyn Model>),
+    ]);
+    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
+    let (agents, orchestrator) = start_agents(definitions, models, providers).await;
+    let report = agents.run("front", "build both", &CallContext::new()).await.unwrap();
+    orchestrator.cleanup().await;
+    assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "both built"));
+    assert_eq!(report.handoffs, ["front", "billing"]);
+    assert!(report.unread_results.is_empty(), "{report:?}");
+    let arrived: Vec<String> = billing
+        .requests()
+        .iter()
+        .filter_map(|r| match r.messages.last() {
+            Some(Message::User { content }) if content.starts_with("(Results of") => {
+                Some(content.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(arrived.len(), 2, "{arrived:?}");
+    assert!(
+        arrived[0].starts_with(
+            "(Results of your earlier asynchronous tool calls arrived (1 still pending):"
+        ) && arrived[0].contains("built 0"),
+        "{}",
+        arrived[0]
+    );
+    assert!(
+        arrived[1].starts_with("(Results of your earlier asynchronous tool calls arrived:")
+            && arrived[1].contains("built 1"),
+        "{}",
+        arrived[1]
+    );
+    let left = store.take_inbox("default", None).await.unwrap();
+    assert!(left.is_empty(), "results left in the inbox: {left:?}");
+}
+
 #[tokio::test]
 async fn hand_offs_back_and_forth_are_stopped() {
     let mut ping = ScriptedModel::new("ping");
