@@ -207,16 +207,35 @@ fn handle_in(text: &str) -> String {
     text[at..].split('`').next().expect("a closing backquote").to_owned()
 }
 
+/// The temporary store the tests' orchestrators keep outputs in is removed, outputs and
+/// all, when the orchestrator is dropped: every test left one behind before.
+#[tokio::test(start_paused = true)]
+async fn a_test_orchestrators_output_directory_goes_with_it() {
+    let p = Arc::new(MockProvider::new("m").with_tool("big", Behavior::Big(10_000)));
+    let store = crate::TemporaryStore::new();
+    let dir = store.path().to_owned();
+    let o = Orchestrator::builder(OrchestratorConfig::default().with_response_max_bytes(1000))
+        .output_store(store)
+        .provider(p)
+        .build()
+        .expect("valid configuration");
+    assert!(o.warmup().await.is_ok());
+    let r = call(&o, "m__big", json!({})).await;
+    assert!(r.result.unwrap().contains("size_limit_exceeded"));
+    assert_ne!(std::fs::read_dir(&dir).expect("the store's directory").count(), 0);
+    drop(o);
+    assert!(!dir.exists(), "{} is left", dir.display());
+}
+
 /// An orchestrator over `provider` with a 1000-byte cap, outputs stored in a fresh
 /// temporary directory and the secret `s3cr3t-value` to redact.
 async fn start_capped(oversize: OversizeMode, provider: Arc<MockProvider>) -> Orchestrator {
-    let dir = tempfile::tempdir().expect("temporary directory").keep();
     let config = OrchestratorConfig {
         oversize,
         ..OrchestratorConfig::default().with_response_max_bytes(1000)
     };
     let o = Orchestrator::builder(config)
-        .output_store(Arc::new(toolmux_orchestrator::store::DirectoryStore::new(dir)))
+        .output_store(crate::TemporaryStore::new())
         .provider(provider)
         .secrets(["s3cr3t-value".to_owned()])
         .build()

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use toolmux_core::{CallContext, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec};
-use toolmux_orchestrator::{Orchestrator, OrchestratorConfig, QueueConfig, ToolSettings};
+use toolmux_orchestrator::{OrchestratorConfig, QueueConfig, ToolSettings, WeakOrchestrator};
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
 fn queued(concurrent: usize, wait: Duration) -> OrchestratorConfig {
@@ -109,9 +109,11 @@ async fn a_call_waiting_for_a_slot_stops_at_its_deadline() {
 }
 
 /// A provider whose `outer` tool calls `m__inner` through the orchestrator, as a sub-agent would.
+/// It holds the orchestrator weakly, as an agent does: a strong handle kept the two alive
+/// together past the test, and with them the orchestrator's output folder.
 #[derive(Debug)]
 struct Nested {
-    orchestrator: OnceLock<Orchestrator>,
+    orchestrator: OnceLock<WeakOrchestrator>,
 }
 
 #[async_trait]
@@ -131,7 +133,8 @@ impl ToolProvider for Nested {
         _args: Value,
         ctx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
-        let o = self.orchestrator.get().expect("set before calls");
+        let o = self.orchestrator.get().and_then(WeakOrchestrator::upgrade);
+        let o = o.expect("set before calls, and alive while it calls");
         o.call_tool("m__inner", json!({}), &ctx.child()).await
     }
 }
@@ -145,7 +148,7 @@ async fn a_nested_call_on_its_ancestors_full_queue_fails_fast() {
         .with_provider_settings("agent", ToolSettings::default().with_queue("shared"))
         .with_provider_settings("m", ToolSettings::default().with_queue("shared"));
     let o = start(config, vec![nested.clone(), m.clone()]).await;
-    nested.orchestrator.set(o.clone()).unwrap();
+    nested.orchestrator.set(o.downgrade()).unwrap();
     let r = call(&o, "agent__outer", json!({})).await;
     expect!["(tool failed: queue `shared` is full and its slot is held by the enclosing call `agent__outer`: `m__inner` would wait forever; raise `queues.shared.concurrent` or give `m__inner` another queue)"]
         .assert_eq(&r.conversation_text());
@@ -158,7 +161,7 @@ async fn a_nested_call_on_its_ancestors_full_queue_fails_fast() {
         .with_provider_settings("agent", ToolSettings::default().with_queue("shared"))
         .with_provider_settings("m", ToolSettings::default().with_queue("shared"));
     let o = start(config, vec![nested.clone(), m]).await;
-    nested.orchestrator.set(o.clone()).unwrap();
+    nested.orchestrator.set(o.downgrade()).unwrap();
     assert_eq!(call(&o, "agent__outer", json!({})).await.result.unwrap(), "inner ran");
 }
 
