@@ -850,6 +850,7 @@ fn pending_call(tool: &str, arguments: Value, run: &str) -> toolmux_external::Pe
         created_ms: 0,
         status: Default::default(),
         expires_ms: 0,
+        ttl_ms: None,
     }
 }
 

@@ -144,6 +144,11 @@ pub struct ExternalToolConfig {
     /// How long a synchronous call waits for its result, in milliseconds (default 30000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
+    /// How long a call of this tool stays pending unanswered, in milliseconds, before it
+    /// expires (the seeds' `expiresAt`; a synchronous call's time counts from the end of
+    /// its caller's wait); default `defaults.externalCallTtl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_ttl: Option<u64>,
     /// Whether a user interface shows the call and its result (default true, false for
     /// `internal`); passed on with the pending call and the result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -246,6 +251,12 @@ impl ExternalProvider {
             }
             if tool.timeout == Some(0) {
                 return Err(format!("`{name}`: `timeout` must be at least 1 millisecond"));
+            }
+            if tool.call_ttl == Some(0) {
+                return Err(format!(
+                    "`{name}`: `callTtl`: 0 would expire every call at once; give milliseconds \
+                     (by default `defaults.externalCallTtl`, an hour)"
+                ));
             }
             if let Some(named) = tool.name.as_deref()
                 && named != name
@@ -426,6 +437,7 @@ impl ExternalProvider {
             created_ms: 0,
             status: CallStatus::default(),
             expires_ms: 0,
+            ttl_ms: tool.call_ttl,
         };
         // Made within the caller's deadline (a calls folder another process keeps locked
         // fails in time, saying so) and given up when the caller cancels, as when the
@@ -884,7 +896,8 @@ fn own_tools() -> Vec<ToolSpec> {
         ToolSpec::new(
             "pending",
             "The calls of external tools waiting for a result, oldest first: `callId`, `tool`, \
-             `arguments`, `runId`, `async`, `visible`. For the program that answers them.",
+             `arguments`, `runId`, `async`, `visible`, `status`, `expiresMs` (when it expires \
+             unanswered, ms since the Unix epoch). For the program that answers them.",
             json!({
                 "type": "object",
                 "properties": {

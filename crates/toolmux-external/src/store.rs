@@ -44,9 +44,23 @@ pub struct PendingCall {
     #[serde(default)]
     pub status: CallStatus,
     /// When it expires unanswered, in milliseconds since the Unix epoch (set by the store
-    /// when it lists the call; 0 until then).
+    /// when it lists the call; 0 until then): the seeds' `expiresAt`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub expires_ms: u64,
+    /// How long it waits for its result, in milliseconds, when its tool says
+    /// (`externalTools.NAME.callTtl`); `None` for the store's time to live. Counted as the
+    /// store's is: from its opening, or from the end of its caller's wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+impl PendingCall {
+    /// Its time to live: its own ([`PendingCall::ttl_ms`]), else `default` (the store's);
+    /// at least a millisecond, and at most `longest`.
+    pub fn ttl(&self, default: Duration, longest: Duration) -> Duration {
+        let ttl = self.ttl_ms.map_or(default, Duration::from_millis);
+        ttl.clamp(Duration::from_millis(1), longest.max(Duration::from_millis(1)))
+    }
 }
 
 /// Where a pending call's result goes: the seeds' `PendingToolCall.status`.
@@ -104,7 +118,7 @@ pub enum Delivery {
 pub enum NotPending {
     /// It expired unanswered, `ttl` after it was made or its caller stopped waiting.
     Expired {
-        /// The calls' time to live.
+        /// The call's time to live (its tool's, or the store's).
         ttl: Duration,
     },
     /// Never made, answered already, withdrawn, or forgotten.
@@ -291,8 +305,9 @@ struct State {
     inboxes: HashMap<String, VecDeque<Inboxed>>,
     /// Calls that expired, until their results would have expired too: a result submitted
     /// for one is refused with a message that says so.
+    /// Each with when it is forgotten and the call's time to live.
     // Invariant: at most `max_pending` entries.
-    expired: HashMap<String, Instant>,
+    expired: HashMap<String, (Instant, Duration)>,
     /// When the last sweep was.
     swept: Instant,
 }
@@ -308,6 +323,8 @@ struct Entry {
     /// When it expires unless waited for: its time to live after its opening, or after
     /// its caller stopped waiting.
     expires: Instant,
+    /// Its time to live: its tool's, or the store's.
+    ttl: Duration,
 }
 
 impl Entry {
@@ -341,12 +358,14 @@ impl State {
         self.swept = now;
         let gone: Vec<String> =
             self.calls.iter().filter(|(_, e)| e.expired(now)).map(|(id, _)| id.clone()).collect();
-        self.expired.retain(|_, forget| *forget > now);
+        self.expired.retain(|_, (forget, _)| *forget > now);
         for id in gone {
-            self.calls.remove(&id);
+            let ttl = self.calls.remove(&id).map(|e| e.ttl);
             self.receivers.remove(&id);
-            if self.expired.len() < max_remembered {
-                self.expired.insert(id, later(now, remember_for));
+            if let Some(ttl) = ttl
+                && self.expired.len() < max_remembered
+            {
+                self.expired.insert(id, (later(now, remember_for), ttl));
             }
         }
         self.inboxes.retain(|_, inbox| {
@@ -429,7 +448,7 @@ impl MemoryPendingStore {
         let state = self.lock();
         let (now, now_ms) = (Instant::now(), now_ms());
         // A call kept for good expires at the end of time, as in a folder.
-        let expires_ms = |e: &Entry| match self.pending_ttl >= FOREVER {
+        let expires_ms = |e: &Entry| match e.ttl >= FOREVER {
             true => u64::MAX,
             false => now_ms.saturating_add(
                 u64::try_from(e.expires.saturating_duration_since(now).as_millis())
@@ -521,8 +540,9 @@ impl PendingStore for MemoryPendingStore {
                 tx
             });
             let waited_until = waiter.as_ref().map(|_| now + OPEN_WAITER);
-            let expires = later(now, self.pending_ttl);
-            state.calls.insert(id.clone(), Entry { call, waiter, waited_until, expires });
+            let ttl = call.ttl(self.pending_ttl, FOREVER);
+            let expires = later(now, ttl);
+            state.calls.insert(id.clone(), Entry { call, waiter, waited_until, expires, ttl });
         }
         self.opened.notify_waiters();
         Ok(id)
@@ -536,7 +556,7 @@ impl PendingStore for MemoryPendingStore {
             if let Some(entry) = state.calls.get_mut(call_id) {
                 let until = later(Instant::now(), timeout);
                 entry.waited_until = Some(until);
-                entry.expires = entry.expires.max(later(until, self.pending_ttl));
+                entry.expires = entry.expires.max(later(until, entry.ttl));
             }
             rx
         };
@@ -549,7 +569,7 @@ impl PendingStore for MemoryPendingStore {
                 if let Some(entry) = self.lock().calls.get_mut(call_id) {
                     entry.waiter = None;
                     entry.waited_until = None;
-                    entry.expires = later(Instant::now(), self.pending_ttl);
+                    entry.expires = later(Instant::now(), entry.ttl);
                 }
                 None
             }
@@ -584,8 +604,8 @@ impl PendingStore for MemoryPendingStore {
         if state.calls.get(call_id).is_some_and(|e| e.expired(now)) {
             state.sweep(now, self.result_ttl, self.max_pending);
         }
-        if state.expired.contains_key(call_id) {
-            return Err(expired_call(call_id, self.pending_ttl));
+        if let Some((_, ttl)) = state.expired.get(call_id) {
+            return Err(expired_call(call_id, *ttl));
         }
         let Some(entry) = state.calls.get(call_id) else {
             return Err(unknown_call(call_id));
@@ -638,11 +658,14 @@ impl PendingStore for MemoryPendingStore {
 
     async fn not_pending(&self, call_id: &str) -> Result<NotPending, ToolError> {
         let state = self.lock();
-        let expired = state.expired.contains_key(call_id)
-            || state.calls.get(call_id).is_some_and(|e| e.expired(Instant::now()));
+        let remembered = state.expired.get(call_id).map(|(_, ttl)| *ttl);
+        let expired = remembered.or_else(|| {
+            let entry = state.calls.get(call_id).filter(|e| e.expired(Instant::now()));
+            entry.map(|e| e.ttl)
+        });
         Ok(match expired {
-            true => NotPending::Expired { ttl: self.pending_ttl },
-            false => NotPending::Unknown,
+            Some(ttl) => NotPending::Expired { ttl },
+            None => NotPending::Unknown,
         })
     }
 

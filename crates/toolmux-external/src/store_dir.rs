@@ -9,7 +9,7 @@
 //!   caller, until the caller takes it;
 //! - `inbox/run-RUN.json`, a run's inbox, oldest first, capped at `max_inbox` results;
 //! - `expired.json`, the ids of calls that expired, kept as long as their results would
-//!   have been, so that a late result is refused saying why;
+//!   have been, with their times to live, so that a late result is refused saying why;
 //! - `.lock`: every change is made holding it.
 //!
 //! Each file is replaced whole through a renamed temporary file, so no reader sees a part of
@@ -163,6 +163,36 @@ impl Stored {
     }
 }
 
+/// An expired call in `expired.json`: when it is forgotten, in milliseconds since the Unix
+/// epoch, and with its time to live (in files written before calls had their own, the
+/// number alone, the time to live being the store's).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Remembered {
+    Forget(u64),
+    #[serde(rename_all = "camelCase")]
+    Kept {
+        forget_ms: u64,
+        ttl_ms: u64,
+    },
+}
+
+impl Remembered {
+    fn forget_ms(self) -> u64 {
+        match self {
+            Remembered::Forget(ms) | Remembered::Kept { forget_ms: ms, .. } => ms,
+        }
+    }
+
+    /// The call's time to live, `default` when not written.
+    fn ttl(self, default: Duration) -> Duration {
+        match self {
+            Remembered::Forget(_) => default,
+            Remembered::Kept { ttl_ms, .. } => Duration::from_millis(ttl_ms),
+        }
+    }
+}
+
 /// A result in an inbox file.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -302,6 +332,11 @@ impl Inner {
     fn lock_until(&self, until: std::time::Instant) -> Result<folder::Lock, ToolError> {
         let within = until.saturating_duration_since(std::time::Instant::now());
         folder::lock_within(&self.path, WHAT, PROVIDER, &SUBFOLDERS, within)
+    }
+
+    /// The time to live of `call`: its own, else the store's.
+    fn ttl_of(&self, call: &PendingCall) -> Duration {
+        call.ttl(self.pending_ttl, Duration::MAX)
     }
 
     fn call_path(&self, id: &str) -> PathBuf {
@@ -452,7 +487,7 @@ impl Inner {
         };
         call.call_id = id.clone();
         call.created_ms = now;
-        call.expires_ms = now.saturating_add(ms(self.pending_ttl));
+        call.expires_ms = now.saturating_add(ms(self.ttl_of(&call)));
         call.status = if call.is_async { CallStatus::Pending } else { CallStatus::Waiting };
         let waiter = (!call.is_async)
             .then(|| Waiter { claimed: false, until_ms: now.saturating_add(ms(OPEN_WAITER)) });
@@ -480,7 +515,7 @@ impl Inner {
                 let until_ms = now.saturating_add(ms(timeout.saturating_add(WAIT_SLACK)));
                 stored.waiter = Some(Waiter { claimed: true, until_ms });
                 // Its time to live counts from the end of the wait.
-                let after = until_ms.saturating_add(ms(self.pending_ttl));
+                let after = until_ms.saturating_add(ms(self.ttl_of(&stored.call)));
                 stored.call.expires_ms = stored.call.expires_ms.max(after);
                 self.save(&stored)?;
                 Ok(Claim::Wait)
@@ -518,7 +553,7 @@ impl Inner {
         stored.waiter = None;
         stored.call.status = CallStatus::Pending;
         // A late result goes to the inbox for the call's time to live from now.
-        stored.call.expires_ms = now_ms().saturating_add(ms(self.pending_ttl));
+        stored.call.expires_ms = now_ms().saturating_add(ms(self.ttl_of(&stored.call)));
         self.save(&stored)?;
         Ok(None)
     }
@@ -534,7 +569,7 @@ impl Inner {
         stored.waiter = None;
         stored.call.status = CallStatus::Pending;
         let Some(result) = stored.result.clone() else {
-            stored.call.expires_ms = now.saturating_add(ms(self.pending_ttl));
+            stored.call.expires_ms = now.saturating_add(ms(self.ttl_of(&stored.call)));
             return self.save(&stored);
         };
         let mut moved = stored.clone();
@@ -553,7 +588,7 @@ impl Inner {
         self.remove(id)
     }
 
-    fn expired(&self) -> Result<BTreeMap<String, u64>, ToolError> {
+    fn expired(&self) -> Result<BTreeMap<String, Remembered>, ToolError> {
         let at = self.path.join("expired.json");
         Ok(folder::read_json(&at, PROVIDER, "a list of expired calls")?.unwrap_or_default())
     }
@@ -565,8 +600,8 @@ impl Inner {
             self.sweep(&lock, now);
         }
         let Some(mut stored) = self.load(id)? else {
-            if self.expired()?.get(id).is_some_and(|forget| *forget > now) {
-                return Err(expired_call(id, self.pending_ttl));
+            if let Some(expired) = self.expired()?.get(id).filter(|e| e.forget_ms() > now) {
+                return Err(expired_call(id, expired.ttl(self.pending_ttl)));
             }
             return Err(unknown_call(id));
         };
@@ -574,8 +609,9 @@ impl Inner {
             return Err(unknown_call(id));
         }
         if stored.expired(now) {
-            self.forget_expired(&lock, &[id.to_owned()], now)?;
-            return Err(expired_call(id, self.pending_ttl));
+            let ttl = self.ttl_of(&stored.call);
+            self.forget_expired(&lock, &[(id.to_owned(), ttl)], now)?;
+            return Err(expired_call(id, ttl));
         }
         if stored.waited_for(now) {
             stored.result = Some(result);
@@ -687,13 +723,13 @@ impl Inner {
         Ok(taken.into_iter().map(|r| r.entry).collect())
     }
 
-    /// Forgets the calls `ids`, which expired, remembering why for as long as their results
-    /// would have been kept (one write of `expired.json` for them all, in one change with
-    /// the removal of their files).
+    /// Forgets the calls `ids`, which expired (each with its time to live), remembering why
+    /// for as long as their results would have been kept (one write of `expired.json` for
+    /// them all, in one change with the removal of their files).
     fn forget_expired(
         &self,
         lock: &folder::Lock,
-        ids: &[String],
+        ids: &[(String, Duration)],
         now: u64,
     ) -> Result<(), ToolError> {
         let at = self.path.join("expired.json");
@@ -704,16 +740,17 @@ impl Inner {
                 BTreeMap::new()
             }
         };
-        expired.retain(|_, forget| *forget > now);
-        for id in ids {
+        expired.retain(|_, e| e.forget_ms() > now);
+        for (id, ttl) in ids {
             if expired.len() >= self.max_pending {
                 break;
             }
-            expired.insert(id.clone(), now.saturating_add(ms(self.result_ttl)));
+            let forget_ms = now.saturating_add(ms(self.result_ttl));
+            expired.insert(id.clone(), Remembered::Kept { forget_ms, ttl_ms: ms(*ttl) });
         }
         let mut change = Change::default();
         change.write_json("expired.json", &expired, PROVIDER)?;
-        for id in ids {
+        for (id, _) in ids {
             change.remove(call_file(id));
         }
         change.commit(&self.path, lock, false, PROVIDER)
@@ -742,7 +779,7 @@ impl Inner {
                     tracing::warn!(target: "toolmux::external", "the result of {id} not moved to its inbox: {e}");
                 }
             } else if stored.expired(now) {
-                expired.push(id);
+                expired.push((id, self.ttl_of(&stored.call)));
             }
         }
         if !expired.is_empty()
@@ -1078,14 +1115,19 @@ impl PendingStore for DirPendingStore {
                 inner.settle()?;
                 let now = now_ms();
                 Ok(match inner.load(&id)? {
-                    Some(stored) => stored.result.is_none() && stored.expired(now),
-                    None => inner.expired()?.get(&id).is_some_and(|forget| *forget > now),
+                    Some(stored) => (stored.result.is_none() && stored.expired(now))
+                        .then(|| inner.ttl_of(&stored.call)),
+                    None => inner
+                        .expired()?
+                        .get(&id)
+                        .filter(|e| e.forget_ms() > now)
+                        .map(|e| e.ttl(inner.pending_ttl)),
                 })
             })
             .await;
         Ok(match expired? {
-            true => NotPending::Expired { ttl: self.inner.pending_ttl },
-            false => NotPending::Unknown,
+            Some(ttl) => NotPending::Expired { ttl },
+            None => NotPending::Unknown,
         })
     }
 
@@ -1131,6 +1173,7 @@ mod tests {
             created_ms: 0,
             status: CallStatus::default(),
             expires_ms: 0,
+            ttl_ms: None,
         }
     }
 

@@ -25,6 +25,7 @@ fn tool(execution_type: ExecutionType, is_async: bool, timeout: Option<u64>) -> 
         visible: None,
         execution: None,
         name: None,
+        call_ttl: None,
     }
 }
 
@@ -132,6 +133,7 @@ async fn a_result_submitted_before_the_caller_waits_is_not_lost() {
         created_ms: 0,
         status: Default::default(),
         expires_ms: 0,
+        ttl_ms: None,
     };
     let id = store.open(call).await.unwrap();
     let result = toolmux_external::ExternalResult { result: json!({"n": 1}), is_error: true };
@@ -277,6 +279,7 @@ async fn the_store_is_bounded() {
         created_ms: 0,
         status: Default::default(),
         expires_ms: 0,
+        ttl_ms: None,
     };
     let a = store.open(call(1)).await.unwrap();
     let b = store.open(call(2)).await.unwrap();
@@ -304,6 +307,42 @@ fn invalid_configurations_name_the_tool() {
     };
     assert!(one("t", bad_schema).contains("`inputSchema` must be a JSON Schema object"));
     assert!(one("t", tool(ExecutionType::External, false, Some(0))).contains("`timeout`"));
+    let never_waits =
+        ExternalToolConfig { call_ttl: Some(0), ..tool(ExecutionType::External, true, None) };
+    assert_eq!(
+        one("job", never_waits),
+        "`job`: `callTtl`: 0 would expire every call at once; give milliseconds (by default \
+         `defaults.externalCallTtl`, an hour)"
+    );
+}
+
+/// A tool's `callTtl` goes with each of its calls: `external__pending` lists it, and the
+/// call expires after it (the store's time being an hour), a late result being refused
+/// saying so.
+#[tokio::test(start_paused = true)]
+async fn a_tool_s_call_ttl_is_its_calls_time_to_live() {
+    let mut tools = BTreeMap::new();
+    let brief =
+        ExternalToolConfig { call_ttl: Some(2_000), ..tool(ExecutionType::External, true, None) };
+    tools.insert("brief".to_owned(), brief);
+    tools.insert("job".to_owned(), tool(ExecutionType::External, true, None));
+    let p = ExternalProvider::new(&tools, Arc::new(MemoryPendingStore::default())).unwrap();
+    for name in ["brief", "job"] {
+        p.call(name, json!({}), &run("r")).await.unwrap();
+    }
+    let listed = p.call("pending", json!({}), &run("worker")).await.unwrap();
+    let calls = json_of(&listed)["calls"].as_array().unwrap().clone();
+    let of = |tool: &str| calls.iter().find(|c| c["tool"] == tool).unwrap().clone();
+    let (brief, job) = (of("external__brief"), of("external__job"));
+    assert_eq!(brief["ttlMs"], 2_000, "{brief}");
+    assert!(job.get("ttlMs").is_none(), "{job}");
+    let lives = |c: &Value| c["expiresMs"].as_u64().unwrap() - c["createdMs"].as_u64().unwrap();
+    assert!((1_900..=2_100).contains(&lives(&brief)), "{brief}");
+    assert!(lives(&job) > 3_000_000, "{job}");
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let refused = submit(&p, brief["callId"].as_str().unwrap(), json!("late")).await.unwrap_err();
+    assert!(refused.to_string().contains("expired after 2 s"), "{refused}");
+    submit(&p, job["callId"].as_str().unwrap(), json!("in time")).await.unwrap();
 }
 
 #[tokio::test]
@@ -432,6 +471,7 @@ fn async_call(tool: &str) -> toolmux_external::PendingCall {
         created_ms: 0,
         status: Default::default(),
         expires_ms: 0,
+        ttl_ms: None,
     }
 }
 

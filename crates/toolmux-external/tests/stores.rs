@@ -52,6 +52,7 @@ fn call(tool: &str, run: &str, is_async: bool) -> PendingCall {
         created_ms: 0,
         status: CallStatus::default(),
         expires_ms: 0,
+        ttl_ms: None,
     }
 }
 
@@ -298,6 +299,67 @@ mod a_call_waited_for_does_not_expire {
     async fn in_a_folder() {
         super::a_call_waited_for_does_not_expire(super::folder_ttl(TTL)).await;
     }
+}
+
+/// A call whose tool gives it a time to live of its own (`callTtl`) expires after it, in
+/// a store whose calls live an hour: listed with that expiry, refused saying so, then and
+/// again once the store forgot the call; a synchronous call's time counts from the end of
+/// its caller's wait. The other calls keep the store's time.
+async fn a_call_lives_as_long_as_its_tool_says(p: Pair) {
+    let ttl = Duration::from_millis(300);
+    let short = PendingCall { ttl_ms: Some(300), ..call("external__job", "r", true) };
+    let short = p.a.open(short).await.unwrap();
+    let long = p.a.open(call("external__job", "r", true)).await.unwrap();
+    let listed = p.b.pending(&[], Duration::ZERO).await.unwrap();
+    let of = |id: &str| listed.iter().find(|c| c.call_id == id).unwrap().clone();
+    let (listed_short, listed_long) = (of(&short), of(&long));
+    assert_eq!(listed_short.ttl_ms, Some(300), "{listed_short:?}");
+    let lives = listed_short.expires_ms.saturating_sub(listed_short.created_ms);
+    assert!((250..=350).contains(&lives), "lives {lives} ms: {listed_short:?}");
+    assert!(listed_long.expires_ms > listed_long.created_ms + 3_000_000, "{listed_long:?}");
+
+    let waited = PendingCall { ttl_ms: Some(300), ..call("external__ask", "r", false) };
+    let waited = p.a.open(waited).await.unwrap();
+    assert_eq!(p.a.wait(&waited, Duration::from_millis(200)).await, None);
+    let listed = p.b.pending(&[], Duration::ZERO).await.unwrap();
+    let after_wait = listed.iter().find(|c| c.call_id == waited).unwrap();
+    let lives = after_wait.expires_ms.saturating_sub(after_wait.created_ms);
+    // From the end of the wait, not from the opening, nor the store's hour.
+    assert!((450..3_000_000).contains(&lives), "{after_wait:?}");
+
+    tokio::time::sleep(ttl + Duration::from_millis(150)).await;
+    let listed = p.b.pending(&[], Duration::ZERO).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|c| c.call_id.as_str()).collect();
+    assert_eq!(ids, [long.as_str()], "only the store's call is left");
+    for id in [&short, &short, &waited] {
+        let refused = p.b.resolve(id, answer("late")).await.unwrap_err();
+        assert!(refused.report().contains("expired after 0.3 s"), "{}", refused.report());
+        assert_eq!(refused.code(), "gone", "{refused:?}");
+        let why = p.a.not_pending(id).await.unwrap();
+        assert_eq!(why, toolmux_external::NotPending::Expired { ttl }, "{id}");
+    }
+    assert_eq!(
+        p.b.resolve(&long, answer("in time")).await.unwrap(),
+        Delivery::Inbox { run_id: "r".into() }
+    );
+}
+both!(a_call_lives_as_long_as_its_tool_says);
+
+/// An `expired.json` written before calls had times to live of their own (each id with
+/// when it is forgotten, alone) is read: a result for a call named there is refused as
+/// expired after the store's time to live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_list_of_expired_calls_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirPendingStore::open(dir.path()).unwrap();
+    let forget = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let forget = forget.as_millis() as u64 + 60_000;
+    let list = json!({"ext-old-1": forget}).to_string();
+    std::fs::write(dir.path().join("expired.json"), list).unwrap();
+    let refused = store.resolve("ext-old-1", answer("late")).await.unwrap_err();
+    assert!(refused.report().contains("expired after 3600 s"), "{}", refused.report());
+    let why = store.not_pending("ext-old-1").await.unwrap();
+    assert_eq!(why, toolmux_external::NotPending::Expired { ttl: Duration::from_secs(3600) });
 }
 
 /// Calls expire after their time to live, and a result for one is refused saying so; a

@@ -295,6 +295,7 @@ fn pending_call(i: usize) -> PendingCall {
         created_ms: 0,
         status: Default::default(),
         expires_ms: 0,
+        ttl_ms: None,
     }
 }
 

@@ -392,6 +392,7 @@ fn pending_call(call_id: String, created_ms: u64, call: StoredCall) -> PendingCa
         created_ms,
         status: CallStatus::Pending,
         expires_ms: 0,
+        ttl_ms: None,
     }
 }
 

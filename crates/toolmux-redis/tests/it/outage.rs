@@ -25,6 +25,7 @@ fn call(is_async: bool) -> PendingCall {
         created_ms: 0,
         status: Default::default(),
         expires_ms: 0,
+        ttl_ms: None,
     }
 }
 
