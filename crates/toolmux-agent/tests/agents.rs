@@ -215,7 +215,6 @@ async fn start_agents_with(
     (agents, orchestrator)
 }
 
-/// The one model `model`, by its name.
 /// Runs agent `a` on `model` once under `config`, with `external` and a mock `echo` tool
 /// beside it, and checks that the run succeeded.
 async fn run_beside_echo(
@@ -232,8 +231,14 @@ async fn run_beside_echo(
     orchestrator.cleanup().await;
 }
 
+/// The one model `model`, by its name.
 fn only(model: &Arc<ScriptedModel>) -> BTreeMap<String, Arc<dyn Model>> {
-    BTreeMap::from([(model.name.clone(), model.clone() as Arc<dyn Model>)])
+    by_name(&[model])
+}
+
+/// The models `models`, each by its name.
+fn by_name(models: &[&Arc<ScriptedModel>]) -> BTreeMap<String, Arc<dyn Model>> {
+    models.iter().map(|m| (m.name.clone(), Arc::clone(m) as Arc<dyn Model>)).collect()
 }
 
 fn one(name: &str, config: AgentConfig) -> AgentDefinitions {
@@ -437,8 +442,7 @@ async fn an_agent_may_be_given_tools_by_what_they_are() {
 
     let wrong = AgentConfig { tools: Some(vec!["@reads".into()]), ..agent("m") };
     let refused =
-        Agents::new(one("a", wrong), BTreeMap::from([("m".to_owned(), model as Arc<dyn Model>)]))
-            .expect_err("an unknown selector is refused");
+        Agents::new(one("a", wrong), only(&model)).expect_err("an unknown selector is refused");
     assert_eq!(
         refused.to_string(),
         "agents.a: tools: unknown selector `@reads`; the selectors are @readOnly, @destructive, \
@@ -895,10 +899,7 @@ async fn a_sub_agent_never_takes_its_caller_s_results() {
     definitions
         .agents
         .insert("worker".into(), AgentConfig { description: "Checks".into(), ..agent("small") });
-    let models = BTreeMap::from([
-        ("big".to_owned(), lead.clone() as Arc<dyn Model>),
-        ("small".to_owned(), worker.clone() as Arc<dyn Model>),
-    ]);
+    let models = by_name(&[&lead, &worker]);
     let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
     let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
     let (agents, orchestrator) = start_agents(definitions, models, providers).await;
@@ -1315,10 +1316,7 @@ async fn an_agent_s_priority_goes_with_its_calls() {
     definitions
         .agents
         .insert("child".into(), AgentConfig { description: "C".into(), ..agent("small") });
-    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
-        ("big".to_owned(), parent as Arc<dyn Model>),
-        ("small".to_owned(), child as Arc<dyn Model>),
-    ]);
+    let models = by_name(&[&parent, &child]);
     let mock = Arc::new(MockProvider::new("mock").with_tool("prio", Behavior::Priority));
     let (agents, _o) = start_agents(definitions, models, vec![mock]).await;
     let report = agents.run("parent", "go", &CallContext::new()).await.unwrap();
@@ -1364,10 +1362,7 @@ async fn a_sub_agent_ends_within_the_time_it_was_called_for() {
             .calls(vec![("mock__echo", json!({}))])
     });
     let parent = delegating_parent();
-    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
-        ("big".to_owned(), parent.clone() as Arc<dyn Model>),
-        ("small".to_owned(), child.clone() as Arc<dyn Model>),
-    ]);
+    let models = by_name(&[&parent, &child]);
     let mock = Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
     let (agents, _o) = start_agents_with(config(), definitions(), models, vec![mock]).await;
     let started = tokio::time::Instant::now();
@@ -1386,10 +1381,7 @@ async fn a_sub_agent_ends_within_the_time_it_was_called_for() {
     let child = echoing_until_the_last_turn(5, "in time");
     let child = Arc::new(ScriptedModel { delay: std::time::Duration::from_secs(3), ..child });
     let parent = delegating_parent();
-    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
-        ("big".to_owned(), parent.clone() as Arc<dyn Model>),
-        ("small".to_owned(), child.clone() as Arc<dyn Model>),
-    ]);
+    let models = by_name(&[&parent, &child]);
     let mock = Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
     let (agents, _o) = start_agents_with(config(), definitions(), models, vec![mock]).await;
     let report = agents.run("parent", "go", &CallContext::new()).await.unwrap();
@@ -1398,6 +1390,20 @@ async fn a_sub_agent_ends_within_the_time_it_was_called_for() {
     let last = &child.requests()[2];
     assert_eq!(tool_names(last), ["agent__final_report"]);
     assert_eq!(report.usage, Usage::new(400, 40), "{report:?}");
+}
+
+/// A parent (model `big`, agent `parent` of [`parent_and_child`]) that calls agent `child`
+/// once and then reports `partial`, and the models by name: it and `child`.
+fn parent_calling_child(
+    child: &Arc<ScriptedModel>,
+) -> (Arc<ScriptedModel>, BTreeMap<String, Arc<dyn Model>>) {
+    let parent = Arc::new(
+        ScriptedModel::new("big")
+            .calls(vec![("agent__child", json!({"prompt": "work"}))])
+            .report("partial", "the child timed out"),
+    );
+    let models = by_name(&[&parent, child]);
+    (parent, models)
 }
 
 /// Settings under which the orchestrator cuts an agent's call 200 ms after its last
@@ -1423,15 +1429,7 @@ async fn a_sub_agent_cut_at_its_timeout_leaves_its_figures_to_its_caller() {
             .calls(vec![("mock__echo", json!({"n": 1}))])
             .calls(vec![("mock__echo", json!({"n": 2}))])
     });
-    let parent = Arc::new(
-        ScriptedModel::new("big")
-            .calls(vec![("agent__child", json!({"prompt": "work"}))])
-            .report("partial", "the child timed out"),
-    );
-    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
-        ("big".to_owned(), parent.clone() as Arc<dyn Model>),
-        ("small".to_owned(), child.clone() as Arc<dyn Model>),
-    ]);
+    let (parent, models) = parent_calling_child(&child);
     let mock = Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
     let definitions = parent_and_child(Some(250));
     let (agents, _o) = start_agents_with(config, definitions, models, vec![mock]).await;
@@ -1457,15 +1455,7 @@ async fn a_cut_sub_agent_leaves_its_sampling_tokens_and_refusals_to_its_caller()
             .calls(vec![("sampler__ask", json!({})), ("mock__nope", json!({}))])
             .then(|_| Ok(used(ModelResponse::text("teal"))))
     });
-    let parent = Arc::new(
-        ScriptedModel::new("big")
-            .calls(vec![("agent__child", json!({"prompt": "work"}))])
-            .report("partial", "the child timed out"),
-    );
-    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
-        ("big".to_owned(), parent.clone() as Arc<dyn Model>),
-        ("small".to_owned(), child.clone() as Arc<dyn Model>),
-    ]);
+    let (parent, models) = parent_calling_child(&child);
     let mock = Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
     let providers: Vec<Arc<dyn ToolProvider>> = vec![mock, Arc::new(Sampler)];
     let (agents, _o) = start_agents_with(config, parent_and_child(None), models, providers).await;
@@ -1504,10 +1494,7 @@ async fn a_sub_agent_s_figures_count_when_its_report_is_refused() {
             },
         ),
     );
-    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
-        ("big".to_owned(), parent.clone() as Arc<dyn Model>),
-        ("small".to_owned(), child.clone() as Arc<dyn Model>),
-    ]);
+    let models = by_name(&[&parent, &child]);
     let mock = Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
     let config = OrchestratorConfig::default().with_context_token_budget(100);
     let (agents, _o) = start_agents_with(config, parent_and_child(None), models, vec![mock]).await;
@@ -1646,10 +1633,7 @@ async fn results_an_agent_did_not_read_go_to_the_agent_it_hands_off_to() {
     definitions.agents.insert("billing".into(), agent("billing"));
     definitions.router =
         Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
-    let models = BTreeMap::from([
-        (front.name.clone(), front.clone() as Arc<dyn Model>),
-        (billing.name.clone(), billing.clone() as Arc<dyn Model>),
-    ]);
+    let models = by_name(&[&front, &billing]);
     let config = OrchestratorConfig::default().with_response_max_bytes(500);
     let (agents, orchestrator) = start_agents_with(config, definitions, models, providers).await;
     let report = agents.run("front", "build all three", &CallContext::new()).await.unwrap();
@@ -1713,10 +1697,7 @@ async fn calls_pending_at_a_hand_off_are_waited_for_by_the_next_agent() {
     definitions.agents.insert("billing".into(), agent("billing"));
     definitions.router =
         Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
-    let models = BTreeMap::from([
-        (front.name.clone(), front.clone() as Arc<dyn Model>),
-        (billing.name.clone(), billing.clone() as Arc<dyn Model>),
-    ]);
+    let models = by_name(&[&front, &billing]);
     let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
     let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
     let (agents, orchestrator) = start_agents(definitions, models, providers).await;
@@ -2091,8 +2072,7 @@ async fn the_agent_answers_its_tools_sampling_with_its_model() {
                 Ok(ModelResponse::text(format!("tool: {}", results[0].0)))
             }),
     );
-    let models: BTreeMap<String, Arc<dyn Model>> =
-        BTreeMap::from([("m".to_owned(), model.clone() as Arc<dyn Model>)]);
+    let models = only(&model);
     let agents = Agents::new(one("a", agent("m")), models).unwrap();
     let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
         .provider(Arc::new(Sampler))
@@ -2380,8 +2360,7 @@ async fn an_agent_searches_deferred_tools_and_calls_what_it_found() {
             .calls(vec![("billing__refund_charge", json!({"charge": "ch_2"}))])
             .report("success", "refunded ch_2"),
     );
-    let models: BTreeMap<String, Arc<dyn Model>> =
-        BTreeMap::from([("m".to_owned(), model.clone() as Arc<dyn Model>)]);
+    let models = only(&model);
     // The agent may refund, not delete customers.
     let config = AgentConfig { tools: Some(vec!["billing__refund_*".into()]), ..agent("m") };
     let agents = Agents::new(one("a", config), models).unwrap();
@@ -3323,10 +3302,7 @@ async fn a_call_in_a_sub_agent_cannot_wait() {
     let mut definitions =
         one("lead", AgentConfig { agents: vec!["helper".into()], ..agent("lead") });
     definitions.agents.insert("helper".into(), agent("helper"));
-    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
-        ("lead".to_owned(), lead.clone() as Arc<dyn Model>),
-        ("helper".to_owned(), helper.clone() as Arc<dyn Model>),
-    ]);
+    let models = by_name(&[&lead, &helper]);
     let (agents, orchestrator, mock) =
         with_models(definitions, models, asking(&["mock__push"])).await;
     let report = agents.run_with("lead", "t", &CallContext::new(), &pausing()).await.unwrap();
@@ -3381,10 +3357,7 @@ async fn a_resumed_run_hands_off_with_its_task() {
     definitions.agents.insert("billing".into(), agent("billing"));
     definitions.router =
         Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
-    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
-        ("front".to_owned(), front.clone() as Arc<dyn Model>),
-        ("billing".to_owned(), billing.clone() as Arc<dyn Model>),
-    ]);
+    let models = by_name(&[&front, &billing]);
     let (agents, orchestrator, mock) =
         with_models(definitions, models, asking(&["mock__push"])).await;
     let report =
