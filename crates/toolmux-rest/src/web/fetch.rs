@@ -509,7 +509,7 @@ impl Fetcher {
     /// to a page robots.txt disallows, before that page is requested.
     async fn get(&self, tool: &str, url: &Url, secrets: &[String]) -> Result<Fetched, ToolError> {
         let response = match self.robots {
-            None => self.request(&self.client, tool, url).await?,
+            None => self.request(&self.client, tool, url, None).await?,
             Some(_) => self.follow(tool, url).await?,
         };
         let status = response.status();
@@ -558,22 +558,23 @@ impl Fetcher {
 }
 
 impl Fetcher {
-    /// `GET url` with `client`, the page types asked for.
+    /// `GET url` with `client`, the page types asked for; `referer` is the page a redirect
+    /// came from, sent as reqwest sends it on the redirects it follows itself.
     async fn request(
         &self,
         client: &reqwest::Client,
         tool: &str,
         url: &Url,
+        referer: Option<&Url>,
     ) -> Result<reqwest::Response, ToolError> {
-        client
-            .get(url.clone())
-            .header(
-                reqwest::header::ACCEPT,
-                "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.8,*/*;q=0.5",
-            )
-            .send()
-            .await
-            .map_err(|e| request_error(tool, url, &e))
+        let mut request = client.get(url.clone()).header(
+            reqwest::header::ACCEPT,
+            "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.8,*/*;q=0.5",
+        );
+        if let Some(referer) = referer.and_then(|previous| referer_of(url, previous)) {
+            request = request.header(reqwest::header::REFERER, referer);
+        }
+        request.send().await.map_err(|e| request_error(tool, url, &e))
     }
 
     /// `GET url` following its redirects one hop at a time: each hop's address is checked
@@ -582,13 +583,14 @@ impl Fetcher {
     /// itself was asked before.)
     async fn follow(&self, tool: &str, url: &Url) -> Result<reqwest::Response, ToolError> {
         let mut at = url.clone();
+        let mut from: Option<Url> = None;
         let mut hops = 0;
         loop {
-            let response = self.request(&self.hop_client, tool, &at).await?;
+            let response = self.request(&self.hop_client, tool, &at, from.as_ref()).await?;
             let location =
                 response.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok());
             let next = match location {
-                Some(location) if response.status().is_redirection() => {
+                Some(location) if is_followed(response.status()) => {
                     at.join(location).map_err(|e| {
                         ToolError::remote(
                             tool,
@@ -610,9 +612,32 @@ impl Fetcher {
                 return Err(ToolError::Denied { tool: tool.to_owned(), reason });
             }
             self.obey_robots(tool, &next).await?;
-            at = next;
+            from = Some(std::mem::replace(&mut at, next));
         }
     }
+}
+
+/// Whether a response with this status is a redirect that is followed: the ones reqwest
+/// follows (301, 302, 303, 307, 308), so that a fetch ends on the same response whether
+/// [`Fetcher::follow`] or reqwest follows its redirects. 300 and 304 are answers.
+fn is_followed(status: reqwest::StatusCode) -> bool {
+    matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308)
+}
+
+/// The `Referer` of a request to `next` that a redirect from `previous` led to, as reqwest
+/// sends it on the redirects it follows, so that a hop carries the same headers with
+/// `robotsTxt` on as off: `previous` without its user info and fragment, and none from an
+/// https page to an http one.
+fn referer_of(next: &Url, previous: &Url) -> Option<String> {
+    if previous.scheme() == "https" && next.scheme() == "http" {
+        return None;
+    }
+    let mut referer = previous.clone();
+    // Neither fails on an http(s) URL, the only kind fetched.
+    let _ = referer.set_username("");
+    let _ = referer.set_password(None);
+    referer.set_fragment(None);
+    Some(referer.into())
 }
 
 /// The refusal of an address or redirect `error` holds, if it does.
@@ -970,6 +995,23 @@ mod tests {
             ..FetchConfig::default()
         });
         assert!(bad.unwrap_err().contains("`a%zz.de`"));
+    }
+
+    /// A hop's `Referer` is the page it came from without user info and fragment, and
+    /// none from https to http.
+    #[test]
+    fn a_hops_referer_keeps_no_credentials_and_no_downgrade() {
+        let url = |u: &str| Url::parse(u).expect("a URL");
+        let from = url("https://reader:secret@example.org/a?q=1#part");
+        assert_eq!(
+            referer_of(&url("https://example.net/b"), &from).as_deref(),
+            Some("https://example.org/a?q=1")
+        );
+        assert_eq!(referer_of(&url("http://example.net/b"), &from), None);
+        assert_eq!(
+            referer_of(&url("https://example.org/b"), &url("http://example.org/a")).as_deref(),
+            Some("http://example.org/a")
+        );
     }
 
     /// A refusal lists `allowedHosts` as configured, not in the ASCII form the names are

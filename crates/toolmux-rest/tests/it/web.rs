@@ -2,7 +2,7 @@
 //! address policy (loopback refused unless allowed, redirects checked), and Tavily's
 //! search API as a fake speaking its protocol.
 
-use crate::common::{Reply, SeenRequest, serve};
+use crate::common::{Reply, SeenRequest, keeping_server, serve};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use toolmux_core::{CallContext, ToolError, ToolOutput, ToolProvider};
@@ -632,5 +632,86 @@ async fn crawl_delay_paces_fetches_per_site() {
     for path in ["c", "d"] {
         let page = call(&anyway, "fetch", json!({"url": format!("{base}/{path}")})).await;
         assert!(page.expect("not paced").to_text().contains("Version 2"));
+    }
+}
+
+/// A redirect hop sends the same headers whether robots.txt is obeyed (each hop is then
+/// asked of its site's robots.txt and requested on its own) or not: the page it was
+/// redirected from as `Referer`, without that URL's user info and fragment. With
+/// robotsTxt on, the hop carried no `Referer`.
+#[tokio::test]
+async fn a_redirect_hop_sends_the_same_headers_with_robots_txt_on_or_off() {
+    let (end, seen) = keeping_server().await;
+    let to = format!("{end}/landed");
+    let start = serve(move |request: SeenRequest| {
+        match request.request_line().split(' ').nth(1).unwrap_or_default() {
+            "/robots.txt" => text(404, "text/plain", b""),
+            _ => Reply {
+                status: 302,
+                headers: vec![("Location".into(), to.clone())],
+                chunks: Vec::new(),
+            },
+        }
+    })
+    .await;
+    let from = start.replacen("http://", "http://reader:secret@", 1);
+    let mut hops = Vec::new();
+    for robots in [false, true] {
+        seen.lock().unwrap().clear();
+        let web = provider(json!({"fetch": {"allowPrivate": true, "robotsTxt": robots}}));
+        let url = format!("{from}/from?q=1#part");
+        call(&web, "fetch", json!({"url": url})).await.expect("followed");
+        let hop = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|r| r.request_line().starts_with("GET /landed "))
+            .cloned()
+            .expect("the hop was requested");
+        let referer = hop.header("referer");
+        assert_eq!(referer, Some(format!("{start}/from?q=1")), "robotsTxt: {robots}");
+        let mut names: Vec<String> = hop
+            .head
+            .lines()
+            .skip(1)
+            .filter_map(|line| Some(line.split_once(':')?.0.to_ascii_lowercase()))
+            .collect();
+        names.sort();
+        assert!(!names.contains(&"authorization".to_owned()), "robotsTxt: {robots}: {names:?}");
+        hops.push(names);
+    }
+    assert_eq!(hops[0], hops[1], "the hop's headers without and with robots.txt");
+}
+
+/// A 300 (Multiple Choices) with a `Location` is an answer, not a redirect, with robotsTxt
+/// on as off: reqwest does not follow it, and the hop-by-hop following did.
+#[tokio::test]
+async fn a_multiple_choices_answer_is_not_followed_with_robots_txt_on_or_off() {
+    let asked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let log = asked.clone();
+    let base = serve(move |request: SeenRequest| {
+        let path = request.request_line().split(' ').nth(1).unwrap_or_default().to_owned();
+        log.lock().unwrap().push(path.clone());
+        match path.as_str() {
+            "/robots.txt" => text(404, "text/plain", b""),
+            "/choices" => Reply {
+                status: 300,
+                headers: vec![
+                    ("Location".into(), "/landed".into()),
+                    ("Content-Type".into(), "text/plain".into()),
+                ],
+                chunks: vec![(0, b"pick one: /landed or /other".to_vec())],
+            },
+            _ => html(PAGE),
+        }
+    })
+    .await;
+    for robots in [false, true] {
+        asked.lock().unwrap().clear();
+        let web = provider(json!({"fetch": {"allowPrivate": true, "robotsTxt": robots}}));
+        let out = call(&web, "fetch", json!({"url": format!("{base}/choices")})).await;
+        let text = out.expect("the answer").to_text();
+        assert!(text.ends_with("pick one: /landed or /other"), "robotsTxt: {robots}: {text}");
+        assert!(!asked.lock().unwrap().contains(&"/landed".to_owned()), "robotsTxt: {robots}");
     }
 }
