@@ -19,6 +19,11 @@ pub const DEFAULT_MAX_REPEATS: u32 = 5;
 /// (`maxCallsPerTurn`).
 pub const DEFAULT_MAX_CALLS_PER_TURN: u32 = 64;
 
+/// Tokens of its earlier cycles' conversation a listening agent carries into its next cycle
+/// when neither its configuration (`listenHistoryTokens`) nor its model's context window
+/// says more.
+pub(crate) const DEFAULT_LISTEN_HISTORY_TOKENS: u64 = 16_000;
+
 /// Hand-offs one run may make before it is stopped, so that two agents cannot pass a task
 /// back and forth for ever.
 pub const MAX_HANDOFFS: usize = 8;
@@ -95,6 +100,16 @@ pub struct AgentConfig {
     /// not is sent back to the model with the violations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
+    /// How much of its earlier cycles' conversation the agent carries into its next cycle
+    /// when it listens in cycles (`toolmux agent listen`), in tokens estimated as four bytes
+    /// each: the calls it made, their results, and what arrived in its inbox, so that a
+    /// cycle knows what the earlier ones asked and read. The oldest turns give way first,
+    /// whole: a tool call never goes without its result, nor a result without its call.
+    /// 0: every cycle starts afresh, as a run of its own (with what the gateway keeps for
+    /// the agent, its goals, memories and plans, when `spaces` are configured). Default:
+    /// a quarter of the model's `contextWindow` when that is configured, 16,000 otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen_history_tokens: Option<u64>,
     /// Whether MCP clients of `toolmux serve` and other programs see it as a tool
     /// `agent__{name}` (default true). Agents listing it under `agents` can call it either
     /// way.

@@ -1,14 +1,19 @@
 //! Agents that live in cycles, as the seeds' gateway runs them: the agent sleeps until its
 //! inbox has something (messages of others in its active space, results of its
 //! asynchronous external calls), then works on it in one run, a cycle, and sleeps again.
+//! Each cycle goes on from the conversation of the cycles before it, the oldest turns
+//! giving way first to `listenHistoryTokens`.
 
+use crate::config::DEFAULT_LISTEN_HISTORY_TOKENS;
 use crate::inbox::{self, EXTERNAL_INBOX};
+use crate::session;
 use crate::{AgentError, AgentReport, AgentStatus, Agents, NAMESPACE, RunOptions};
 use serde_json::{Value, json};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 use tokio::time::Instant;
 use toolmux_core::{CallContext, Op, ToolCall};
+use toolmux_llm::Message;
 use toolmux_orchestrator::{Orchestrator, Redactor};
 
 /// The gateway's tool that makes a space the active one.
@@ -89,12 +94,21 @@ impl Agents {
     /// after `idle` with nothing arriving, or when `ctx` is cancelled. Needs `spaces` (the
     /// gateway's tools) or external tools: without either nothing could wake the agent.
     ///
+    /// Each cycle goes on from the conversation of the cycles before it (what they were
+    /// given, the calls they made and their results), up to the agent's
+    /// [`listen_history_tokens`] tokens, the oldest turns giving way first; 0 makes every
+    /// cycle a run of its own. Each report is its cycle's alone: its turns, calls and tokens
+    /// are those the cycle spent (the carried conversation is sent again, and counted, as
+    /// the cycle's model reads it), and it holds no transcript.
+    ///
     /// The inbox gives each result once, so none taken out is dropped: the results a cycle
     /// took and did not read wake the next; those still waiting when listening stops go in
     /// the last report's [`AgentReport::unread_results`] (in a report of no cycle, when it
     /// was cancelled between cycles), and so do those of a cycle whose model failed on every
     /// attempt or that cancellation cut (whether it acted on them is not known). An error
     /// that stops listening says what was not read.
+    ///
+    /// [`listen_history_tokens`]: crate::AgentConfig::listen_history_tokens
     pub async fn listen(
         &self,
         name: &str,
@@ -138,6 +152,9 @@ impl Agents {
                 .await
                 .map_err(|message| AgentError::Config { agent: name.to_owned(), message })?;
         }
+        let history_cap = self.history_cap(name);
+        // The conversation of the cycles so far, within `history_cap`.
+        let mut history = Vec::new();
         let mut cycles = 0;
         let mut quiet_since = Instant::now();
         // Results taken from the inbox that no cycle was given yet: a cycle is given what
@@ -171,7 +188,15 @@ impl Agents {
                 }
                 continue;
             }
-            let mut report = match self.cycle(name, &wake.task(), ctx).await {
+            let mut task = wake.task();
+            // A cycle going on from a conversation is given what the gateway keeps for the
+            // agent (the unread messages among it) with its task, as a fresh run is first.
+            if !history.is_empty()
+                && let Some(carried) = session::carried(&orchestrator, &own, name).await
+            {
+                task = format!("{carried}\n\n{task}");
+            }
+            let mut report = match self.cycle(name, &task, ctx, &history).await {
                 Ok(report) => report,
                 Err((e, taken)) => {
                     let unread: Vec<Value> =
@@ -181,6 +206,10 @@ impl Agents {
             };
             cycles += 1;
             quiet_since = Instant::now();
+            let transcript = std::mem::take(&mut report.transcript);
+            if history_cap > 0 {
+                history = bounded(transcript, history_cap);
+            }
             let last = options.max_cycles.is_some_and(|max| cycles >= max);
             // A cycle whose model never answered, or that was cut, may not have worked on
             // what woke it: the caller gets it, as nobody else can.
@@ -209,7 +238,21 @@ impl Agents {
 }
 
 impl Agents {
-    /// One cycle on `task`. What woke the agent was taken from its inbox and space when the
+    /// How many tokens of the conversation of its earlier cycles agent `name` carries into
+    /// the next: its `listenHistoryTokens`, else a quarter of its model's context window,
+    /// else [`DEFAULT_LISTEN_HISTORY_TOKENS`].
+    fn history_cap(&self, name: &str) -> u64 {
+        let Some(config) = self.config(name) else { return 0 };
+        if let Some(cap) = config.listen_history_tokens {
+            return cap;
+        }
+        let window = self.inner.models.get(&config.model).and_then(|m| m.context_window());
+        window.map_or(DEFAULT_LISTEN_HISTORY_TOKENS, |window| window / 4)
+    }
+
+    /// One cycle on `task`, going on from `history`, the conversation of the cycles
+    /// before; the report holds the cycle's conversation (`history` with it) as its
+    /// transcript. What woke the agent was taken from its inbox and space when the
     /// run began: a run its model failed with what may pass (an outage, a rate limit, a
     /// timeout, a lost connection) is tried again on the same conversation, after 2 s and
     /// then twice as long, up to [`CYCLE_ATTEMPTS`] times, so that what arrived is not
@@ -224,6 +267,7 @@ impl Agents {
         name: &str,
         task: &str,
         ctx: &CallContext,
+        history: &[Message],
     ) -> Result<AgentReport, (AgentError, Vec<Value>)> {
         let credentials = |report: &mut AgentReport| match report.credentials_refused.take() {
             Some(error) => Err((
@@ -238,7 +282,8 @@ impl Agents {
             )),
             None => Ok(()),
         };
-        let options = RunOptions { transcript: true, ..RunOptions::default() };
+        let options =
+            RunOptions { transcript: true, history: history.to_vec(), ..RunOptions::default() };
         let mut report =
             self.run_with(name, task, ctx, &options).await.map_err(|e| (e, Vec::new()))?;
         credentials(&mut report)?;
@@ -292,13 +337,62 @@ impl Agents {
             report.usage += usage;
             report.unread_results.splice(0..0, unread);
         }
-        report.transcript.clear();
         Ok(report)
     }
 }
 
 /// How many times one cycle is run when its model fails.
 const CYCLE_ATTEMPTS: u32 = 4;
+
+/// The latest part of `messages`, a conversation, that fits `cap` tokens (as the session
+/// estimates a request's): the oldest turns give way first, whole. It is cut only before
+/// a user message, after which no tool result answers a call made before it, so that no
+/// call is left without its result nor a result without its call (the APIs refuse both)
+/// and the conversation begins with the user. Nothing is left when not even the last turn
+/// fits.
+fn bounded(messages: Vec<Message>, cap: u64) -> Vec<Message> {
+    // Where each call was made, and for the message of each, the last answering any.
+    let mut made = HashMap::new();
+    let mut last_answer = vec![0; messages.len()];
+    for (at, message) in messages.iter().enumerate() {
+        match message {
+            Message::Assistant { tool_calls, .. } => {
+                made.extend(tool_calls.iter().map(|call| (call.id.as_str(), at)));
+            }
+            Message::Tool { results } => {
+                for result in results {
+                    if let Some(&call) = made.get(result.call_id.as_str()) {
+                        last_answer[call] = at;
+                    }
+                }
+            }
+            Message::User { .. } => {}
+        }
+    }
+    // What the conversation from each message on weighs.
+    let mut from = vec![0; messages.len() + 1];
+    for (at, message) in messages.iter().enumerate().rev() {
+        from[at] = from[at + 1] + session::message_tokens(message);
+    }
+    if from[0] <= cap {
+        return messages;
+    }
+    // The furthest a result answering an earlier message's call lies.
+    let mut reach = 0;
+    let mut cut = messages.len();
+    for (at, message) in messages.iter().enumerate() {
+        if matches!(message, Message::User { .. }) && reach < at && from[at] <= cap {
+            cut = at;
+            break;
+        }
+        reach = reach.max(last_answer[at]);
+    }
+    tracing::debug!(target: "toolmux::agent", dropped = cut, kept = messages.len() - cut,
+        "the oldest messages of the earlier cycles give way to `listenHistoryTokens`");
+    let mut messages = messages;
+    messages.drain(..cut);
+    messages
+}
 
 /// Looks at the inbox: the external results (taken, added to `arrived`, and as many of
 /// those as fit the size cap given to the cycle), and the space (waiting up to [`LOOK`]

@@ -249,40 +249,6 @@ impl Session<'_> {
         )));
     }
 
-    /// What the agent carries into a run when the gateway keeps it (`spaces`
-    /// configured): its goals, memories and plans, its active space and what was said
-    /// there since it last read; `None` when there is nothing or no gateway.
-    async fn carried(&self) -> Option<String> {
-        self.orchestrator.registry().get(GATEWAY_CONTEXT)?;
-        let ctx = self.ctx.child().outside_budget();
-        let got = self.orchestrator.execute(ToolCall::new(GATEWAY_CONTEXT, json!({})), &ctx).await;
-        if !got.ok {
-            tracing::debug!(agent = %self.name, "the gateway's context could not be read: {}", got.conversation_text());
-            return None;
-        }
-        let context: Value = serde_json::from_str(&got.conversation_text()).ok()?;
-        let mut parts = Vec::new();
-        if let Some(space) = context.get("activeSpace").and_then(Value::as_str) {
-            let unread = context.get("unreadCount").and_then(Value::as_u64).unwrap_or(0);
-            let mut part = format!("You are in space `{space}` ({unread} unread messages).");
-            if let Some(messages) =
-                context.get("unread").filter(|m| m.as_array().is_some_and(|a| !a.is_empty()))
-            {
-                part.push_str(&format!(" The latest:\n{messages}"));
-            }
-            parts.push(part);
-        }
-        for key in ["goals", "memories", "plans"] {
-            if let Some(items) =
-                context.get(key).filter(|i| i.as_array().is_some_and(|a| !a.is_empty()))
-            {
-                parts.push(format!("Your {key}: {items}"));
-            }
-        }
-        (!parts.is_empty())
-            .then(|| format!("(What you carry from earlier runs.)\n{}", parts.join("\n")))
-    }
-
     /// The agent's `instructions`, followed by what the providers of the tools it may call
     /// say about them (an MCP server's `instructions`, the external tools' inbox), as an MCP
     /// client would show its model.
@@ -458,7 +424,7 @@ impl Session<'_> {
             )));
         }
         if self.history.is_empty()
-            && let Some(carried) = self.carried().await
+            && let Some(carried) = carried(&self.orchestrator, &self.ctx, self.name).await
         {
             messages.push(Message::user(carried));
         }
@@ -1728,6 +1694,45 @@ fn is_pending_external(tool: &str, text: &str) -> bool {
     })
 }
 
+/// What agent `agent` carries into a run when the gateway keeps it (`spaces` configured),
+/// read as `ctx`'s operation: its goals, memories and plans, its active space and what was
+/// said there since it last read; `None` when there is nothing or no gateway.
+pub(crate) async fn carried(
+    orchestrator: &Orchestrator,
+    ctx: &CallContext,
+    agent: &str,
+) -> Option<String> {
+    orchestrator.registry().get(GATEWAY_CONTEXT)?;
+    let ctx = ctx.child().outside_budget();
+    let got = orchestrator.execute(ToolCall::new(GATEWAY_CONTEXT, json!({})), &ctx).await;
+    if !got.ok {
+        let why = got.conversation_text();
+        tracing::debug!(agent, "the gateway's context could not be read: {why}");
+        return None;
+    }
+    let context: Value = serde_json::from_str(&got.conversation_text()).ok()?;
+    let mut parts = Vec::new();
+    if let Some(space) = context.get("activeSpace").and_then(Value::as_str) {
+        let unread = context.get("unreadCount").and_then(Value::as_u64).unwrap_or(0);
+        let mut part = format!("You are in space `{space}` ({unread} unread messages).");
+        if let Some(messages) =
+            context.get("unread").filter(|m| m.as_array().is_some_and(|a| !a.is_empty()))
+        {
+            part.push_str(&format!(" The latest:\n{messages}"));
+        }
+        parts.push(part);
+    }
+    for key in ["goals", "memories", "plans"] {
+        if let Some(items) =
+            context.get(key).filter(|i| i.as_array().is_some_and(|a| !a.is_empty()))
+        {
+            parts.push(format!("Your {key}: {items}"));
+        }
+    }
+    (!parts.is_empty())
+        .then(|| format!("(What you carry from earlier runs.)\n{}", parts.join("\n")))
+}
+
 /// How many calls in `history` an asynchronous external tool answered as pending (some
 /// may have had their results since; the inbox tells).
 fn pending_in(history: &[Message]) -> usize {
@@ -2193,35 +2198,8 @@ fn overflow_window(request: &ModelRequest, overflow: ContextOverflow) -> u64 {
 
 /// The request's size in tokens, estimated as the orchestrator's budget does.
 fn request_tokens(request: &ModelRequest) -> u64 {
-    let text: usize = request
-        .messages
-        .iter()
-        .map(|m| match m {
-            Message::User { content } => content.len(),
-            Message::Assistant { content, tool_calls, reasoning, blocks } => {
-                content.len()
-                    + reasoning.as_ref().map_or(0, |r| r.text.len())
-                    // The blocks go in place of the text and calls, which they hold too:
-                    // counted whole, the estimate errs on the high side.
-                    + blocks.as_ref().map_or(0, |kept| {
-                        kept.blocks.iter().map(|block| block.to_string().len()).sum()
-                    })
-                    + tool_calls
-                        .iter()
-                        .map(|c| c.name.len() + c.arguments.to_string().len())
-                        .sum::<usize>()
-            }
-            Message::Tool { results } => results.iter().map(|r| r.content.len()).sum(),
-        })
-        .sum();
-    let images: u64 = request
-        .messages
-        .iter()
-        .map(|m| match m {
-            Message::Tool { results } => results.iter().map(|r| image_tokens(&r.images)).sum(),
-            _ => 0,
-        })
-        .sum();
+    let text: usize = request.messages.iter().map(message_bytes).sum();
+    let images: u64 = request.messages.iter().map(message_image_tokens).sum();
     let tools: usize = request
         .tools
         .iter()
@@ -2229,6 +2207,40 @@ fn request_tokens(request: &ModelRequest) -> u64 {
         .sum();
     let system = request.system.as_ref().map_or(0, String::len);
     estimate_tokens(text + tools + system) + images
+}
+
+/// The size of `message` in tokens, estimated as [`request_tokens`] estimates a request's.
+pub(crate) fn message_tokens(message: &Message) -> u64 {
+    estimate_tokens(message_bytes(message)) + message_image_tokens(message)
+}
+
+/// The bytes of text `message` sends: its text, reasoning, blocks, calls and results.
+fn message_bytes(message: &Message) -> usize {
+    match message {
+        Message::User { content } => content.len(),
+        Message::Assistant { content, tool_calls, reasoning, blocks } => {
+            content.len()
+                + reasoning.as_ref().map_or(0, |r| r.text.len())
+                // The blocks go in place of the text and calls, which they hold too:
+                // counted whole, the estimate errs on the high side.
+                + blocks.as_ref().map_or(0, |kept| {
+                    kept.blocks.iter().map(|block| block.to_string().len()).sum()
+                })
+                + tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + c.arguments.to_string().len())
+                    .sum::<usize>()
+        }
+        Message::Tool { results } => results.iter().map(|r| r.content.len()).sum(),
+    }
+}
+
+/// What the images of `message`'s tool results cost in tokens.
+fn message_image_tokens(message: &Message) -> u64 {
+    match message {
+        Message::Tool { results } => results.iter().map(|r| image_tokens(&r.images)).sum(),
+        _ => 0,
+    }
 }
 
 /// What an image costs in tokens, about: Anthropic counts width × height / 750, at most

@@ -25,6 +25,9 @@ use toolmux_orchestrator::{Orchestrator, OrchestratorConfig, ToolEvent};
 use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
+#[path = "agents/listen_history.rs"]
+mod listen_history;
+
 type Step = Box<dyn Fn(&ModelRequest) -> Result<ModelResponse, ModelError> + Send + Sync>;
 
 /// A model answering from a script, one step per request, recording every request.
