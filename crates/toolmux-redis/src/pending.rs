@@ -3,7 +3,9 @@
 //!
 //! Under `{prefix}:x`:
 //!
-//! - `call:{id}`, a hash: the call (`call`, JSON), its `tool`, `run` and `created` time;
+//! - `call:{id}`, a hash: the call (`call`, JSON), its `tool`, `run` and `created` time,
+//!   and its own time to live in milliseconds (`ttl`, [`PendingCall::ttl_ms`]) when its
+//!   tool gives it one, which then stands for the store's wherever a call's time counts;
 //! - `calls`, a sorted set of every pending call by the time it expires unless waited for
 //!   (its opening plus the calls' time to live, pushed on while its caller waits), and
 //!   `tool:{tool}`, the calls per tool by creation time, for `pending(tools, ..)`;
@@ -28,7 +30,8 @@
 //!   lost: the call is withdrawn from a task, and an opening that reaches Redis only after
 //!   that makes nothing, so that no call is left pending that nobody knows the id of;
 //! - `expired`, the ids of calls that expired, by when they are forgotten (as long as
-//!   their results would have been kept), so that a late result is refused saying why;
+//!   their results would have been kept), so that a late result is refused saying why,
+//!   and `expired_ttl:{id}` as long, the time to live of such a call that had its own;
 //! - the channel `{prefix}:x:new` announces every call opened, for long polls.
 //!
 //! Every step that reads and writes is one Lua script, so two replicas answering the same
@@ -124,6 +127,9 @@ struct StoredCall {
     #[serde(rename = "async")]
     is_async: bool,
     visible: bool,
+    /// [`PendingCall::ttl_ms`], for the listing (the scripts read the hash's `ttl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ttl_ms: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -268,7 +274,7 @@ impl StoreInner {
                     call.status = CallStatus::Waiting;
                 }
                 // A call kept for good expires at the end of time, as in memory.
-                call.expires_ms = if self.pending_ttl >= FOREVER {
+                call.expires_ms = if call.ttl(self.pending_ttl, FOREVER) >= FOREVER {
                     u64::MAX
                 } else {
                     u64::try_from(item[4].as_i64()?).ok()?
@@ -392,8 +398,14 @@ fn pending_call(call_id: String, created_ms: u64, call: StoredCall) -> PendingCa
         created_ms,
         status: CallStatus::Pending,
         expires_ms: 0,
-        ttl_ms: None,
+        ttl_ms: call.ttl_ms,
     }
+}
+
+/// The time to live of an expired call, `ms` as a script answers it, else `default`.
+fn expired_ttl(ms: Option<i64>, default: Duration) -> Duration {
+    let ms = ms.and_then(|ms| u64::try_from(ms).ok()).filter(|ms| *ms > 0);
+    ms.map_or(default, Duration::from_millis)
 }
 
 fn parse_result(bytes: &[u8]) -> Option<ExternalResult> {
@@ -416,6 +428,11 @@ impl PendingStore for RedisPendingStore {
         let inner = &self.inner;
         let n = inner.next.fetch_add(1, Ordering::Relaxed);
         let id = format!("ext-{}-{n}", inner.backend.replica);
+        // Its own time to live, within what the store keeps (empty: the store's).
+        let own_ttl = match call.ttl_ms {
+            Some(_) => call.ttl(inner.pending_ttl, FOREVER).as_millis().to_string(),
+            None => String::new(),
+        };
         let stored = StoredCall {
             tool: call.tool,
             arguments: call.arguments,
@@ -424,13 +441,14 @@ impl PendingStore for RedisPendingStore {
             execution_type: call.execution_type,
             is_async: call.is_async,
             visible: call.visible,
+            ttl_ms: call.ttl_ms,
         };
         let json = serde_json::to_vec(&stored).map_err(|e| ToolError::other(PROVIDER, e))?;
         let max = inner.max_pending.to_string();
         let open_ttl = OPEN_WAITER_TTL.as_millis().to_string();
         let channel = format!("{}:new", inner.base);
         let sync = if stored.is_async { "0" } else { "1" };
-        let args: [&[u8]; 8] = [
+        let args: [&[u8]; 9] = [
             id.as_bytes(),
             &json,
             stored.tool.as_bytes(),
@@ -439,6 +457,7 @@ impl PendingStore for RedisPendingStore {
             sync.as_bytes(),
             open_ttl.as_bytes(),
             channel.as_bytes(),
+            own_ttl.as_bytes(),
         ];
         // Armed from before the script is sent: dropped before its answer came (its caller
         // cancelled or cut by a deadline), or with the answer lost, the call the script may
@@ -609,7 +628,10 @@ impl PendingStore for RedisPendingStore {
                 }
                 Ok(Delivery::Inbox { run_id })
             }
-            Some(3) => Err(NotPending::Expired { ttl: inner.pending_ttl }.into_error(call_id)),
+            Some(3) => {
+                let ttl = expired_ttl(reply.get(1).and_then(Reply::as_i64), inner.pending_ttl);
+                Err(NotPending::Expired { ttl }.into_error(call_id))
+            }
             Some(4) => {
                 let run_id = reply.get(1).and_then(Reply::as_str).unwrap_or_default();
                 Err(inboxes_full(call_id, run_id, inner.max_inboxes))
@@ -623,7 +645,9 @@ impl PendingStore for RedisPendingStore {
         let args = [call_id.as_bytes()];
         let reply = inner.run(&NOT_PENDING, &[], &args, inner.timeout()).await;
         Ok(match reply.map_err(unreachable)?.as_i64() {
-            Some(1) => NotPending::Expired { ttl: inner.pending_ttl },
+            Some(ms) if ms > 0 => {
+                NotPending::Expired { ttl: expired_ttl(Some(ms), inner.pending_ttl) }
+            }
             _ => NotPending::Unknown,
         })
     }
@@ -681,19 +705,32 @@ local calls, held, expired = base .. ':calls', base .. ':held', base .. ':expire
 local inboxes = base .. ':inboxes'
 local function key(kind, id) return base .. ':' .. kind .. ':' .. id end
 local function waited(id) return redis.call('EXISTS', key('waiter', id)) == 1 end
+local function ttl_of(id)
+  local own = redis.call('HGET', key('call', id), 'ttl')
+  if own then return tonumber(own) end
+  return ttl
+end
 local function times(id, score)
   local created = redis.call('HGET', key('call', id), 'created')
   if created then return tonumber(score), tonumber(created) end
   return tonumber(score) + ttl, tonumber(score)
 end
 local function forget(id, as_expired)
-  local f = redis.call('HMGET', key('call', id), 'tool', 'run')
+  local f = redis.call('HMGET', key('call', id), 'tool', 'run', 'ttl')
   if f[1] then redis.call('ZREM', key('tool', f[1]), id) end
   if f[2] then redis.call('SREM', key('run', f[2]), id) end
   redis.call('ZREM', calls, id)
   redis.call('ZREM', held, id)
   redis.call('DEL', key('call', id), key('waiter', id), key('result', id))
-  if as_expired then redis.call('ZADD', expired, now + keep, id) end
+  if as_expired then
+    redis.call('ZADD', expired, now + keep, id)
+    if f[3] then redis.call('SET', key('expired_ttl', id), f[3], 'PX', keep) end
+  end
+end
+local function expired_ttl(id)
+  local own = redis.call('GET', key('expired_ttl', id))
+  if own then return tonumber(own) end
+  return ttl
 end
 local function hand_over(id, token, kept)
   redis.call('SET', key('waiter', id), 'taken:' .. token, 'PX', kept)
@@ -720,7 +757,7 @@ local function sweep()
       redis.call('ZADD', calls, expires, id)
     elseif waited(id) then
       local left = math.max(redis.call('PTTL', key('waiter', id)), 0)
-      redis.call('ZADD', calls, now + left + ttl, id)
+      redis.call('ZADD', calls, now + left + ttl_of(id), id)
     else
       forget(id, true)
     end
@@ -744,7 +781,7 @@ end
 }
 
 /// ARGV (after the prelude's): id, call JSON, tool, run, max pending, synchronous (`1`),
-/// open-waiter TTL, new-call channel. Answers `[1, now]` when opened, `[0, now]` when full,
+/// open-waiter TTL, new-call channel, the call's own TTL (empty for the store's). Answers `[1, now]` when opened, `[0, now]` when full,
 /// `[2, now]` when its opening was dropped and the call withdrawn already.
 static OPEN: Script = Script {
     name: "pending_open",
@@ -755,7 +792,8 @@ local id = ARGV[6]
 if redis.call('EXISTS', key('dropped', id)) == 1 then return {2, now} end
 if redis.call('ZCARD', calls) >= tonumber(ARGV[10]) then return {0, now} end
 redis.call('HSET', key('call', id), 'call', ARGV[7], 'tool', ARGV[8], 'run', ARGV[9], 'created', now)
-redis.call('ZADD', calls, now + ttl, id)
+if ARGV[14] ~= '' then redis.call('HSET', key('call', id), 'ttl', ARGV[14]) end
+redis.call('ZADD', calls, now + ttl_of(id), id)
 redis.call('ZADD', key('tool', ARGV[8]), now, id)
 redis.call('SADD', key('run', ARGV[9]), id)
 if ARGV[11] == '1' then redis.call('SET', key('waiter', id), 'open', 'PX', ARGV[12]) end
@@ -783,7 +821,7 @@ if r then
   return {1, r}
 end
 redis.call('SET', key('waiter', id), mine, 'PX', ARGV[7])
-redis.call('ZADD', calls, 'XX', now + tonumber(ARGV[7]) + ttl, id)
+redis.call('ZADD', calls, 'XX', now + tonumber(ARGV[7]) + ttl_of(id), id)
 return {0}"
     ),
 };
@@ -824,7 +862,7 @@ if r then
   return r
 end
 redis.call('DEL', key('waiter', id))
-redis.call('ZADD', calls, 'XX', now + ttl, id)
+redis.call('ZADD', calls, 'XX', now + ttl_of(id), id)
 return false"
     ),
 };
@@ -849,8 +887,8 @@ return 1"
 
 /// ARGV: id, result JSON, result channel, runs with unread results at most. Answers `[1]`
 /// (to the waiting call, which takes it; held until then, and moved to the inbox by a
-/// sweep if its caller went away), `[2, run, dropped entries]` (to the inbox), `[3]` (the
-/// call expired), `[4, run]` (bound for a new inbox while as many runs as allowed have one:
+/// sweep if its caller went away), `[2, run, dropped entries]` (to the inbox), `[3, TTL]` (the
+/// call expired, after TTL ms), `[4, run]` (bound for a new inbox while as many runs as allowed have one:
 /// nothing changed, the call stays pending) or `[0]` (no such call).
 static RESOLVE: Script = Script {
     name: "pending_resolve",
@@ -860,7 +898,7 @@ static RESOLVE: Script = Script {
 local id = ARGV[6]
 local score = redis.call('ZSCORE', calls, id)
 if not score then
-  if redis.call('ZSCORE', expired, id) then return {3} end
+  if redis.call('ZSCORE', expired, id) then return {3, expired_ttl(id)} end
   return {0}
 end
 local f = redis.call('HMGET', key('call', id), 'call', 'tool', 'run')
@@ -870,8 +908,9 @@ if not f[1] then
 end
 local waiting = waited(id)
 if times(id, score) <= now and not waiting then
+  local lived = ttl_of(id)
   forget(id, true)
-  return {3}
+  return {3, lived}
 end
 if not waiting and redis.call('EXISTS', key('inbox', f[3])) == 0
     and redis.call('ZCARD', inboxes) >= tonumber(ARGV[9]) then
@@ -897,17 +936,17 @@ return {2, f[3], push(f[3], id, f[1], ARGV[7])}"
     ),
 };
 
-/// ARGV: id. Answers 1 when the call expired (remembered as such, or past its time and
-/// not yet swept), else 0. Reads only.
+/// ARGV: id. Answers the call's time to live in milliseconds when it expired (remembered
+/// as such, or past its time and not yet swept), else 0. Reads only.
 static NOT_PENDING: Script = Script {
     name: "pending_not_pending",
     source: concat!(
         prelude!(),
         "local id = ARGV[6]
 local forget = redis.call('ZSCORE', expired, id)
-if forget and tonumber(forget) > now then return 1 end
+if forget and tonumber(forget) > now then return math.max(expired_ttl(id), 1) end
 local score = redis.call('ZSCORE', calls, id)
-if score and times(id, score) <= now and not waited(id) then return 1 end
+if score and times(id, score) <= now and not waited(id) then return math.max(ttl_of(id), 1) end
 return 0"
     ),
 };

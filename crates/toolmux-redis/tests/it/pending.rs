@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use toolmux_core::ToolError;
 use toolmux_external::{
-    CallStatus, Delivery, ExecutionType, ExternalResult, PendingCall, PendingStore,
+    CallStatus, Delivery, ExecutionType, ExternalResult, NotPending, PendingCall, PendingStore,
 };
 use toolmux_test_support::eventually;
 use toolmux_test_support::redis::RedisServer;
@@ -631,3 +631,48 @@ async fn an_expired_or_emptied_inbox_frees_its_place() {
 
 /// Long enough for a call not to expire within a test.
 const RETAINED: Duration = Duration::from_secs(600);
+
+/// A call whose tool gives it a time to live of its own (`callTtl`) expires after it, in
+/// a store whose calls live an hour: listed with that expiry, refused saying so (then, and
+/// again once another replica's sweep forgot it); a synchronous call's time counts from
+/// the end of its caller's wait. The other calls keep the store's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_lives_as_long_as_its_tool_says() {
+    let server = RedisServer::start();
+    let hour = Duration::from_secs(3600);
+    let a = replica(&server).pending_store().with_ttl(hour, hour);
+    let b = replica(&server).pending_store().with_ttl(hour, hour);
+    let ttl = Duration::from_millis(300);
+    let short = PendingCall { ttl_ms: Some(300), ..call("external__job", "run-40", true) };
+    let short = a.open(short).await.unwrap();
+    let long = a.open(call("external__job", "run-40", true)).await.unwrap();
+    let listed = b.pending(&[], Duration::ZERO).await.unwrap();
+    let of = |id: &str| listed.iter().find(|c| c.call_id == id).unwrap().clone();
+    let (listed_short, listed_long) = (of(&short), of(&long));
+    assert_eq!(listed_short.ttl_ms, Some(300), "{listed_short:?}");
+    assert_eq!(listed_short.expires_ms, listed_short.created_ms + 300, "{listed_short:?}");
+    assert!(listed_long.expires_ms > listed_long.created_ms + 3_000_000, "{listed_long:?}");
+
+    let waited = PendingCall { ttl_ms: Some(300), ..call("external__ask", "run-40", false) };
+    let waited = a.open(waited).await.unwrap();
+    assert_eq!(a.wait(&waited, Duration::from_millis(200)).await, None);
+    let listed = b.pending(&[], Duration::ZERO).await.unwrap();
+    let after_wait = listed.iter().find(|c| c.call_id == waited).unwrap();
+    let lives = after_wait.expires_ms.saturating_sub(after_wait.created_ms);
+    // From the end of the wait, not from the opening, nor the store's hour.
+    assert!((450..3_000_000).contains(&lives), "{after_wait:?}");
+
+    tokio::time::sleep(ttl + Duration::from_millis(150)).await;
+    let listed = b.pending(&[], Duration::ZERO).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|c| c.call_id.as_str()).collect();
+    assert_eq!(ids, [long.as_str()], "only the store's call is left");
+    assert_eq!(a.not_pending(&short).await.unwrap(), NotPending::Expired { ttl });
+    for id in [&short, &short, &waited] {
+        let refused = b.resolve(id, answer("late")).await.unwrap_err();
+        assert!(refused.report().contains("expired after 0.3 s"), "{}", refused.report());
+        assert_eq!(refused.code(), "gone", "{refused:?}");
+        assert_eq!(a.not_pending(id).await.unwrap(), NotPending::Expired { ttl }, "{id}");
+    }
+    let delivered = b.resolve(&long, answer("in time")).await.unwrap();
+    assert_eq!(delivered, Delivery::Inbox { run_id: "run-40".into() });
+}
