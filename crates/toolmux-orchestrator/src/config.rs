@@ -412,6 +412,10 @@ pub struct ToolSettings {
     /// ([`toolmux_core::CallContext::with_priority`]): a waiting call of a higher one takes
     /// the next free slot first. Default 0.
     pub priority: Option<i32>,
+    /// Show its calls to people as they run, through the orchestrator's
+    /// [`crate::CallDisplay`] (the facade's `tools.NAME.showInSpace`: in the caller's
+    /// space). Default `false`; without a display, nothing is shown.
+    pub show_in_space: Option<bool>,
 }
 
 /// At most `calls` calls per `per`; a call that would have to wait longer than `wait` for
@@ -488,6 +492,7 @@ impl ToolSettings {
             provider_wait: self.provider_wait.or(fallback.provider_wait),
             answer_wait: self.answer_wait.or(fallback.answer_wait),
             priority: self.priority.or(fallback.priority),
+            show_in_space: self.show_in_space.or(fallback.show_in_space),
         }
     }
 }

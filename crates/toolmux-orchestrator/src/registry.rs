@@ -77,6 +77,8 @@ pub(crate) struct ResolvedSettings {
     /// The tool's cap on media (images, audio, resource blobs), when not the configuration's default: set on
     /// the tool or on its provider.
     pub media_max: Option<usize>,
+    /// Its calls are shown through the orchestrator's display ([`ToolSettings::show_in_space`]).
+    pub show_in_space: bool,
 }
 
 /// How bad a registry problem is.
@@ -411,6 +413,7 @@ impl Registry {
             }),
             response_max: None,
             media_max: settings.media_max_bytes,
+            show_in_space: settings.show_in_space.unwrap_or(false),
             provider_wait: settings.provider_wait,
             first_wait: settings
                 .provider_wait

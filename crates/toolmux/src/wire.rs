@@ -847,6 +847,7 @@ fn tool_settings(tool: &ToolEntry) -> ToolSettings {
         provider_wait: None,
         answer_wait: None,
         priority: tool.priority,
+        show_in_space: None,
     }
 }
 

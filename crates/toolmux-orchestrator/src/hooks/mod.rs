@@ -1,6 +1,7 @@
 //! Before- and after-hooks: code that sees every matching call, may rewrite its arguments
 //! or refuse it (before), and may rewrite its output (after); [`CommandHook`] runs a
-//! configured program as both, following Claude Code's hook contract.
+//! configured program as both, following Claude Code's hook contract. A [`CallDisplay`]
+//! shows people the calls of the tools configured so, as they run.
 
 mod command;
 
@@ -41,6 +42,44 @@ pub trait AfterHook: Send + Sync + fmt::Debug {
         output: &mut ToolOutput,
         ctx: &CallContext,
     ) -> Result<(), ToolError>;
+}
+
+/// Shows people the calls of the tools whose settings ask for it
+/// ([`crate::ToolSettings::show_in_space`]): told as each such call starts, and, through
+/// what it gives back, how the call ended. The facade posts them to the caller's space.
+#[async_trait]
+pub trait CallDisplay: Send + Sync + fmt::Debug {
+    /// The call of `tool` (its full name) with `arguments` (the caller's, the
+    /// configuration's secrets redacted) starts: what ends its display, or `None` when it
+    /// is not shown (its caller is where nobody sees it, or the display failed, which must
+    /// not fail the call). Awaited before the call runs.
+    async fn start(
+        &self,
+        tool: &str,
+        arguments: &Value,
+        ctx: &CallContext,
+    ) -> Option<Box<dyn DisplayedCall>>;
+}
+
+/// A call being shown ([`CallDisplay::start`]). Dropped without [`DisplayedCall::end`]
+/// (its caller stopped waiting for the call), it shows the call cancelled.
+#[async_trait]
+pub trait DisplayedCall: Send + fmt::Debug {
+    /// Shows how the call ended; awaited before its caller gets the result.
+    async fn end(self: Box<Self>, end: CallEnd<'_>);
+}
+
+/// How a shown call ended.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum CallEnd<'a> {
+    /// The tool answered (with an output marked as an error too): the output as its
+    /// caller gets it, within the size caps, the configuration's secrets redacted.
+    Answered(&'a ToolOutput),
+    /// The call failed: the error's report, the configuration's secrets redacted.
+    Failed(&'a str),
+    /// The call was cancelled before it ended.
+    Cancelled,
 }
 
 /// A hook with the glob of tool names it applies to.

@@ -14,7 +14,7 @@ use crate::cache::{MemoryCache, ResponseCache, Served, SingleFlight, WaitLimit, 
 use crate::catalog::{PromptCatalog, ResourceCatalog};
 use crate::config::{OrchestratorConfig, OversizeMode, RetryPolicy, ToolSettings};
 use crate::events::ToolEvent;
-use crate::hooks::{AfterHook, BeforeHook, Scoped};
+use crate::hooks::{AfterHook, BeforeHook, CallDisplay, CallEnd, DisplayedCall, Scoped};
 use crate::permission::Permission;
 use crate::queue::{LocalQueues, Queue, QueueBackend, QueueSlot};
 use crate::ratelimit::{LocalRateLimits, RateLimitBackend, describe};
@@ -147,6 +147,7 @@ pub struct OrchestratorBuilder {
     store: Option<Arc<dyn OutputStore>>,
     before: Vec<Scoped<dyn BeforeHook>>,
     after: Vec<Scoped<dyn AfterHook>>,
+    display: Option<Arc<dyn CallDisplay>>,
     secrets: Vec<String>,
     namespace: String,
     sampler: Option<Arc<dyn InteractionHandler>>,
@@ -193,6 +194,13 @@ impl OrchestratorBuilder {
     /// Adds an after-hook for tools matching `pattern`.
     pub fn after_hook(mut self, pattern: &str, hook: Arc<dyn AfterHook>) -> Self {
         self.after.push(Scoped { pattern: pattern.to_owned(), hook });
+        self
+    }
+
+    /// Shows people the calls of the tools whose settings ask for it
+    /// ([`ToolSettings::show_in_space`]) as they run.
+    pub fn display(mut self, display: Arc<dyn CallDisplay>) -> Self {
+        self.display = Some(display);
         self
     }
 
@@ -297,6 +305,7 @@ impl OrchestratorBuilder {
                 events,
                 before: self.before,
                 after: self.after,
+                display: self.display,
                 redactor: Arc::new(Redactor::new(self.secrets)),
                 runs: Mutex::new(Runs::default()),
                 budget_set: AtomicBool::new(false),
@@ -606,6 +615,8 @@ struct Inner {
     events: broadcast::Sender<ToolEvent>,
     before: Vec<Scoped<dyn BeforeHook>>,
     after: Vec<Scoped<dyn AfterHook>>,
+    /// Shows the calls of the tools configured so ([`ToolSettings::show_in_space`]).
+    display: Option<Arc<dyn CallDisplay>>,
     /// Shared with the progress and log sinks a call's provider is given.
     redactor: Arc<Redactor>,
     runs: Mutex<Runs>,
@@ -823,6 +834,7 @@ impl Orchestrator {
             store: None,
             before: Vec::new(),
             after: Vec::new(),
+            display: None,
             secrets: Vec::new(),
             namespace: "toolmux".to_owned(),
             sampler: None,
@@ -1696,15 +1708,46 @@ impl Orchestrator {
         let result = match &entry {
             None => Err(self.not_offered(name, &registry)),
             Some(entry) => {
+                // Shown as it starts, before its permission is asked or its queue waited
+                // for, so that people see what is coming; a refusal ends it failed.
+                let shown = match &self.inner.display {
+                    Some(display) if entry.settings.show_in_space => {
+                        display.start(&tool, &self.redacted_value(&arguments), ctx).await
+                    }
+                    _ => None,
+                };
                 let span = tracing::debug_span!("tool_call", tool = %tool, op = op.id());
-                match self.managed(entry, arguments, ctx, &op, &meta).instrument(span).await {
-                    Err(error) => Err(self.bounded_error(entry, error, ctx, &meta).await),
-                    done => done,
+                let result =
+                    match self.managed(entry, arguments, ctx, &op, &meta).instrument(span).await {
+                        Err(error) => Err(self.bounded_error(entry, error, ctx, &meta).await),
+                        done => done,
+                    };
+                if let Some(shown) = shown {
+                    self.end_shown(shown, &result).await;
                 }
+                result
             }
         };
         let elapsed = record.finish(result.as_ref().map(Outcome::Output));
         (result, entry, elapsed)
+    }
+
+    /// Ends the display of a shown call with its `result`, as its caller gets it (an
+    /// output is redacted by [`Orchestrator::bounded_output`] already, an error's report is
+    /// here).
+    async fn end_shown(
+        &self,
+        shown: Box<dyn DisplayedCall>,
+        result: &Result<ToolOutput, ToolError>,
+    ) {
+        match result {
+            Ok(output) => shown.end(CallEnd::Answered(output)).await,
+            Err(ToolError::Cancelled { .. }) => shown.end(CallEnd::Cancelled).await,
+            Err(error) => {
+                let report = error.report();
+                shown.end(CallEnd::Failed(&self.inner.redactor.redact(&report))).await;
+            }
+        }
     }
 
     /// `value` with the configuration's secrets redacted from its strings and keys: in the

@@ -6,6 +6,7 @@ mod cache;
 mod catalog;
 mod command_hooks;
 mod content;
+mod display;
 mod lifecycle;
 mod limits;
 mod lookup;
