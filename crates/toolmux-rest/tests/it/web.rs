@@ -715,3 +715,45 @@ async fn a_multiple_choices_answer_is_not_followed_with_robots_txt_on_or_off() {
         assert!(!asked.lock().unwrap().contains(&"/landed".to_owned()), "robotsTxt: {robots}");
     }
 }
+
+/// A redirect chain bouncing between two sites ends after `maxRedirects` hops, with
+/// robotsTxt on (hop by hop) as off (reqwest following), each site's robots.txt read once.
+#[tokio::test]
+async fn a_redirect_loop_between_two_sites_ends_at_the_hop_limit() {
+    let asked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (a_cell, b_cell): (Arc<Mutex<String>>, Arc<Mutex<String>>) = Default::default();
+    let bouncer = |other: Arc<Mutex<String>>, log: Arc<Mutex<Vec<String>>>| {
+        move |request: SeenRequest| {
+            let path = request.request_line().split(' ').nth(1).unwrap_or_default().to_owned();
+            let to = other.lock().unwrap().clone();
+            log.lock().unwrap().push(format!("{to} {path}"));
+            match path.as_str() {
+                "/robots.txt" => text(404, "text/plain", b""),
+                _ => Reply {
+                    status: 302,
+                    headers: vec![("Location".into(), format!("{to}/bounce"))],
+                    chunks: Vec::new(),
+                },
+            }
+        }
+    };
+    let a = serve(bouncer(b_cell.clone(), asked.clone())).await;
+    let b = serve(bouncer(a_cell.clone(), asked.clone())).await;
+    *a_cell.lock().unwrap() = a.clone();
+    *b_cell.lock().unwrap() = b.clone();
+    for robots in [false, true] {
+        asked.lock().unwrap().clear();
+        let web = provider(json!({"fetch": {
+            "allowPrivate": true, "maxRedirects": 3, "robotsTxt": robots
+        }}));
+        let error = call(&web, "fetch", json!({"url": format!("{a}/start")})).await.unwrap_err();
+        let report = error.report();
+        assert!(report.contains("more than 3 redirects"), "robotsTxt: {robots}: {report}");
+        let asked = asked.lock().unwrap().clone();
+        let pages = asked.iter().filter(|line| !line.ends_with("/robots.txt")).count();
+        let robots_reads = asked.len() - pages;
+        // The first request and three hops; the fourth redirect is not followed.
+        assert_eq!(pages, 4, "robotsTxt: {robots}: {asked:?}");
+        assert_eq!(robots_reads, if robots { 2 } else { 0 }, "robotsTxt: {robots}: {asked:?}");
+    }
+}
