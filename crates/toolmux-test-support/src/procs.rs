@@ -2,8 +2,9 @@
 //! of the running test binary, killed with `SIGKILL` as a crashed toolmux would be.
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Process ids whose process group is `pgid` and that are alive: not zombies, as an
@@ -41,38 +42,70 @@ pub fn wait_for_number(path: &Path, limit: Duration) -> i32 {
 
 /// A copy of the running test binary running one test (`test`, its full path) with `var`
 /// set to `value`, in which the test plays toolmux; killed and reaped however the test
-/// ends, a failed wait included.
+/// ends, a failed wait included. Its temporary folder (`TMPDIR`) is a folder of its own,
+/// removed with everything in it once the copy is reaped: a copy killed with `SIGKILL`
+/// removes nothing it made there (its fixture's folder, its commands' output files).
 #[derive(Debug)]
-pub struct ChildCopy(Child);
+pub struct ChildCopy {
+    child: Child,
+    /// Invariant: removed only after `child` is reaped, when nothing writes to it any more.
+    temporary: PathBuf,
+}
 
 impl ChildCopy {
     /// Starts the copy.
     pub fn spawn(test: &str, var: &str, value: impl AsRef<OsStr>) -> ChildCopy {
+        static COPIES: AtomicUsize = AtomicUsize::new(0);
+        let temporary = std::env::temp_dir().join(format!(
+            "toolmux-child-copy-{}-{}",
+            std::process::id(),
+            COPIES.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir(&temporary).unwrap_or_else(|e| {
+            panic!(
+                "cannot make the temporary folder `{}` of a child copy: {e}",
+                temporary.display()
+            )
+        });
         let exe = std::env::current_exe().expect("the test binary's path");
-        let child = Command::new(exe)
+        let spawned = Command::new(exe)
             .args(["--exact", test, "--nocapture"])
             .env(var, value)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start a copy of the test binary for {test}: {e}"));
-        ChildCopy(child)
+            .env("TMPDIR", &temporary)
+            .spawn();
+        match spawned {
+            Ok(child) => ChildCopy { child, temporary },
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&temporary);
+                panic!("cannot start a copy of the test binary for {test}: {e}")
+            }
+        }
     }
 
     /// The copy's process id.
     pub fn id(&self) -> u32 {
-        self.0.id()
+        self.child.id()
+    }
+
+    /// The copy's temporary folder (its `TMPDIR`), removed when the copy is dropped.
+    pub fn temporary(&self) -> &Path {
+        &self.temporary
     }
 
     /// Kills the copy with `SIGKILL` and reaps it.
     pub fn kill(&mut self) {
-        self.0.kill().expect("the child copy can be killed");
-        self.0.wait().expect("the child copy can be reaped");
+        self.child.kill().expect("the child copy can be killed");
+        self.child.wait().expect("the child copy can be reaped");
     }
 }
 
 impl Drop for ChildCopy {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        // Not reaped, the copy may still write: its folder is then left rather than raced.
+        if self.child.wait().is_ok() {
+            let _ = std::fs::remove_dir_all(&self.temporary);
+        }
     }
 }
 
@@ -92,5 +125,40 @@ pub fn assert_groups_die(groups: &[i32], limit: Duration, after: &str) {
             panic!("{limit:?} after {after}, the process groups {groups:?} still had {left:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Set in the child copy of the next test.
+    const CHILD_VAR: &str = "TOOLMUX_TEST_SUPPORT_CHILD_COPY";
+
+    /// A child copy killed with `SIGKILL` leaves nothing in the temporary folder: what it
+    /// made there goes with the folder of its own it was given as `TMPDIR`. The fixture
+    /// folder of each killed copy was left behind before.
+    #[test]
+    fn a_killed_child_copy_leaves_no_temporary_files() {
+        if std::env::var_os(CHILD_VAR).is_some() {
+            let made = std::env::temp_dir().join("made-by-the-copy");
+            std::fs::create_dir(&made).expect("a folder in the copy's temporary folder");
+            std::fs::write(made.join("pid.tmp"), format!("{}\n", std::process::id()))
+                .expect("a file in it");
+            std::fs::rename(made.join("pid.tmp"), made.join("pid")).expect("the file renamed");
+            std::thread::sleep(Duration::from_secs(300));
+            return;
+        }
+        let mut child = ChildCopy::spawn(
+            "procs::tests::a_killed_child_copy_leaves_no_temporary_files",
+            CHILD_VAR,
+            "1",
+        );
+        let temporary = child.temporary().to_owned();
+        let pid = wait_for_number(&temporary.join("made-by-the-copy/pid"), Duration::from_secs(30));
+        assert_eq!(u32::try_from(pid).ok(), Some(child.id()));
+        child.kill();
+        drop(child);
+        assert!(!temporary.exists(), "{} is left", temporary.display());
     }
 }
