@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 use toolmux_core::ToolProvider as _;
 use toolmux_fs::BashConfig;
 
-/// A fixture whose task output files go beneath its own directory.
+/// A fixture whose task output files go to a directory of their own beside its root, in
+/// its temporary directory, so removed with it (a directory kept apart was left behind,
+/// empty, by every test).
 fn fixture(adjust: impl FnOnce(BashConfig) -> BashConfig) -> Fixture {
-    let spill = tempfile::tempdir().expect("a temporary directory").keep();
     Fixture::with(|c| {
+        let spill = c.root.with_file_name("spill");
         let bash = adjust(BashConfig { spill_dir: Some(spill), ..BashConfig::default() });
         c.with_bash(bash)
     })
