@@ -107,40 +107,38 @@ pub(crate) fn lock_within(
     Ok(lock)
 }
 
+/// The first pause between tries of a lock another holder has, doubled after each try up
+/// to [`LOCK_PAUSE_MOST`]: a lock held a moment is taken within about a millisecond of its
+/// release, and a long wait tries it ten times a second.
+const LOCK_PAUSE_LEAST: Duration = Duration::from_millis(1);
+
+/// The longest pause between tries of a lock.
+const LOCK_PAUSE_MOST: Duration = Duration::from_millis(100);
+
 /// Waits up to `within` for the lock of `file`, which another holder has: whether it was
-/// taken. The wait is a thread of its own blocked in taking the lock through a copy of
-/// `file`, which the system wakes when the lock is released, rather than a loop trying it
-/// again and again. The lock belongs to the open file that `file` and its copy share, so
-/// it is this caller's once taken; when the wait ends first, the thread stays blocked until
-/// the other holder releases the lock and then closes its copy, which releases the lock
-/// the moment `file` is closed too.
+/// taken. The lock is tried without blocking after pauses growing from
+/// [`LOCK_PAUSE_LEAST`] to [`LOCK_PAUSE_MOST`], the last try at the end of the wait, on the
+/// caller's thread: a wait that gives up leaves nothing behind (a thread blocked in taking
+/// the lock would stay as long as the holder keeps it, one per wait given up, and a hung
+/// holder would gather them without end).
 fn wait_for_lock(
     file: &File,
     at: &Path,
     provider: &str,
     within: Duration,
 ) -> Result<bool, ToolError> {
-    let copy = file.try_clone().map_err(|e| failure(provider, at, &e))?;
-    let (taken, told) = std::sync::mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("toolmux-lock-wait".into())
-        .spawn(move || {
-            // No one may be listening any more: then `copy` is closed here unheard.
-            let _ = taken.send(copy.lock());
-        })
-        .map_err(|e| failure(provider, at, &e))?;
-    match told.recv_timeout(within) {
-        Ok(Ok(())) => Ok(true),
-        Ok(Err(e)) => Err(failure(provider, at, &e)),
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Ok(false),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(ToolError::Other {
-            provider: provider.into(),
-            message: format!(
-                "the thread waiting for lock file `{}` ended without an answer",
-                at.display()
-            ),
-            source: None,
-        }),
+    let deadline = std::time::Instant::now() + within;
+    let mut pause = LOCK_PAUSE_LEAST;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        std::thread::sleep(pause.min(left));
+        if try_lock(file, at, provider)?.is_some() {
+            return Ok(true);
+        }
+        pause = (pause * 2).min(LOCK_PAUSE_MOST);
     }
 }
 
@@ -270,8 +268,9 @@ mod tests {
         file
     }
 
-    /// Changes waiting for the lock sleep until it is released, trying it once rather than
-    /// every few milliseconds, and then take it one at a time.
+    /// Changes waiting for the lock try it with pauses that grow (a dozen tries or so while
+    /// it is held 150 ms, where a try every 5 ms made 30), and take it one at a time once
+    /// it is released.
     #[test]
     fn waiting_changes_take_the_lock_in_turn_when_it_is_released() {
         let dir = tempfile::tempdir().unwrap();
@@ -293,12 +292,29 @@ mod tests {
         std::thread::sleep(LOCK_TIMEOUT / 2);
         drop(holder);
         for waiter in waiters {
-            assert_eq!(waiter.join().unwrap(), 1, "each waiter tried the lock once");
+            let tries = waiter.join().unwrap();
+            assert!((2..=16).contains(&tries), "each waiter tried the lock {tries} times");
         }
     }
 
-    /// A change that gave up waiting names the lock file, and the lock it would have taken
-    /// had the wait gone on is released as soon as it comes.
+    /// Waits that give up on a holder that never lets go leave no thread behind: the
+    /// process has as many threads after eight of them as before (nextest runs each test
+    /// in a process of its own).
+    #[test]
+    fn waits_given_up_leave_no_thread_behind() {
+        let threads = || std::fs::read_dir("/proc/self/task").unwrap().count();
+        let dir = tempfile::tempdir().unwrap();
+        let _holder = hold(dir.path());
+        let before = threads();
+        for _ in 0..8 {
+            let e = lock_within(dir.path(), "test", "t", &[], Duration::from_millis(20));
+            assert!(e.unwrap_err().to_string().contains("stayed locked"));
+        }
+        assert_eq!(threads(), before, "threads left by the waits given up");
+    }
+
+    /// A change that gave up waiting names the lock file, and leaves the lock free for the
+    /// next change once its holder releases it.
     #[test]
     fn a_change_that_stops_waiting_leaves_the_lock_free() {
         let dir = tempfile::tempdir().unwrap();
@@ -310,7 +326,7 @@ mod tests {
         assert!(e.contains("stayed locked") && e.contains(&at.display().to_string()), "{e}");
         assert!(e.contains("for 50 ms"), "{e}");
         drop(holder);
-        // Taken again and again: the wait given up, once it takes the lock, lets it go.
+        // Taken again and again: nothing of the wait given up holds it.
         for _ in 0..2 {
             drop(lock_blocking(dir.path(), "test", "t", &[]).unwrap());
         }
