@@ -148,8 +148,9 @@ impl Live {
                 loop {
                     tokio::select! {
                         () = stop.cancelled() => return,
-                        uri = updates.next() => match uri {
-                            Some(uri) => notifier.notify(&uri),
+                        // Passed on with its source, which key holders' views filter by.
+                        update = updates.next_update() => match update {
+                            Some(update) => notifier.send(update),
                             None => return,
                         },
                     }

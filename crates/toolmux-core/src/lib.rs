@@ -84,8 +84,8 @@ pub use kind::{PermissionClass, ToolKind};
 pub use mark::{MarkedGroup, PROCESS_MARK_VAR, ProcessMark};
 pub use output::{ContentPart, ToolOutput, json_kind, json_len};
 pub use provider::{
-    Health, ProviderHealth, Relayed, ResourceUpdateNotifier, ResourceUpdates, Subject, SubjectKind,
-    ToolListChanges, ToolListNotifier, ToolProvider, parse_arguments,
+    Health, ProviderHealth, Relayed, ResourceUpdate, ResourceUpdateNotifier, ResourceUpdates,
+    Subject, SubjectKind, ToolListChanges, ToolListNotifier, ToolProvider, parse_arguments,
 };
 pub use result::ToolResult;
 pub use spec::{TaskSupport, ToolAnnotations, ToolCall, ToolSpec, schema_for};

@@ -281,6 +281,16 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Whether an update a composite tells of as sent by its provider `source` (a
+    /// namespace, [`ResourceUpdate::source`]) is this provider's to pass on. A view of a
+    /// composite passes on only those of the providers in view, so that a subscriber of a
+    /// URI two providers serve is not told of the one it cannot reach; the default passes
+    /// on every one.
+    fn passes_updates_from(&self, source: &str) -> bool {
+        let _ = source;
+        true
+    }
+
     /// How it is doing now, from what it already knows: cheap, it sends no request and
     /// starts nothing (a gateway's `/health` asks it of every provider). The default is
     /// healthy.
@@ -348,9 +358,20 @@ pub struct ProviderHealth {
     pub health: Health,
 }
 
+/// One resource that changed, and which provider told of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceUpdate {
+    /// The URI of the resource that changed.
+    pub uri: Arc<str>,
+    /// The namespace of the provider that sent it, when a composite passed it on from one
+    /// of its providers ([`ResourceUpdateNotifier::notify_from`]); `None` when the
+    /// notifier's own provider sent it.
+    pub source: Option<Arc<str>>,
+}
+
 /// The sending side of a resource-updated signal. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct ResourceUpdateNotifier(broadcast::Sender<Arc<str>>);
+pub struct ResourceUpdateNotifier(broadcast::Sender<ResourceUpdate>);
 
 impl Default for ResourceUpdateNotifier {
     fn default() -> Self {
@@ -366,30 +387,78 @@ impl ResourceUpdateNotifier {
 
     /// Tells every listener that the resource at `uri` changed.
     pub fn notify(&self, uri: &str) {
+        self.send(ResourceUpdate { uri: Arc::from(uri), source: None });
+    }
+
+    /// Tells every listener that the resource at `uri` of the provider `source` (a
+    /// composite's provider, by namespace) changed.
+    pub fn notify_from(&self, source: &str, uri: &str) {
+        self.send(ResourceUpdate { uri: Arc::from(uri), source: Some(Arc::from(source)) });
+    }
+
+    /// Tells every listener of `update` as it is, its source kept (a provider passing on
+    /// another's updates).
+    pub fn send(&self, update: ResourceUpdate) {
         // No listener is not an error: nobody subscribed.
-        let _ = self.0.send(Arc::from(uri));
+        let _ = self.0.send(update);
     }
 
     /// A new listener; it sees updates made after this call.
     pub fn subscribe(&self) -> ResourceUpdates {
-        ResourceUpdates(self.0.subscribe())
+        ResourceUpdates { receiver: self.0.subscribe(), keep: None }
     }
 }
 
+/// Which sources' updates a [`ResourceUpdates`] passes on.
+type SourceFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// The receiving side of a resource-updated signal.
-#[derive(Debug)]
-pub struct ResourceUpdates(broadcast::Receiver<Arc<str>>);
+pub struct ResourceUpdates {
+    receiver: broadcast::Receiver<ResourceUpdate>,
+    /// When set, updates with a source it refuses are skipped.
+    keep: Option<SourceFilter>,
+}
+
+impl fmt::Debug for ResourceUpdates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResourceUpdates").field("filtered", &self.keep.is_some()).finish()
+    }
+}
 
 impl ResourceUpdates {
     /// The next updated URI; `None` once the provider is gone. A listener that fell
     /// behind skips the updates it missed (a reader re-reads the resource anyway).
     pub async fn next(&mut self) -> Option<Arc<str>> {
+        self.next_update().await.map(|update| update.uri)
+    }
+
+    /// [`ResourceUpdates::next`], with the provider that sent it.
+    pub async fn next_update(&mut self) -> Option<ResourceUpdate> {
         loop {
-            match self.0.recv().await {
-                Ok(uri) => return Some(uri),
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            match self.receiver.recv().await {
+                Ok(update) if self.keeps(&update) => return Some(update),
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return None,
             }
+        }
+    }
+
+    /// These updates, but of the sources `keep` accepts only (by namespace); an update
+    /// that names no source is kept. Filters add up: an update passes when every one
+    /// accepts its source.
+    #[must_use]
+    pub fn only_from(mut self, keep: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.keep = Some(match self.keep.take() {
+            Some(earlier) => Arc::new(move |source| earlier(source) && keep(source)),
+            None => Arc::new(keep),
+        });
+        self
+    }
+
+    fn keeps(&self, update: &ResourceUpdate) -> bool {
+        match (&self.keep, &update.source) {
+            (Some(keep), Some(source)) => keep(source),
+            _ => true,
         }
     }
 }
@@ -446,6 +515,22 @@ mod tests {
         assert_eq!(updates.next().await.as_deref(), Some("test://a"));
         drop(notifier);
         assert_eq!(updates.next().await, None);
+    }
+
+    #[tokio::test]
+    async fn filtered_updates_skip_the_sources_refused() {
+        let notifier = ResourceUpdateNotifier::new();
+        let mut updates = notifier.subscribe().only_from(|source| source != "b");
+        notifier.notify_from("b", "test://a");
+        notifier.notify_from("a", "test://a");
+        notifier.notify("test://own");
+        let update = updates.next_update().await.expect("an update");
+        assert_eq!((&*update.uri, update.source.as_deref()), ("test://a", Some("a")));
+        assert_eq!(updates.next().await.as_deref(), Some("test://own"));
+        let mut narrower = notifier.subscribe().only_from(|s| s != "b").only_from(|s| s != "a");
+        notifier.notify_from("a", "test://a");
+        notifier.notify_from("c", "test://c");
+        assert_eq!(narrower.next().await.as_deref(), Some("test://c"));
     }
 
     #[test]

@@ -20,8 +20,9 @@ use toolmux_core::{
 /// qualified name matches a glob or their provider is in view; resources and resource
 /// templates (whose URIs carry no namespace) when their provider is in view. What is out
 /// of view is neither listed nor reachable: calls, renders, reads, subscriptions and
-/// completions of it fail as unknown, without suggestions. The instructions are those of
-/// the providers in view.
+/// completions of it fail as unknown, without suggestions, and the resource updates of its
+/// providers are not passed on (two providers may serve one URI). The instructions are
+/// those of the providers in view.
 #[derive(Debug, Clone)]
 pub struct FilteredView {
     orchestrator: Orchestrator,
@@ -46,16 +47,7 @@ impl FilteredView {
 
     /// Whether `name`, or the tool it is an alias of (`aliases`), is in view.
     fn allows(&self, name: &str) -> bool {
-        let matches = |name: &str| {
-            self.globs.iter().any(|g| glob_match(g, name))
-                && (self.within.is_empty() || self.within.iter().any(|g| glob_match(g, name)))
-        };
-        matches(name)
-            || self
-                .orchestrator
-                .registry()
-                .get(name)
-                .is_some_and(|entry| &*entry.name != name && matches(&entry.name))
+        allows(&self.orchestrator, &self.globs, &self.within, name)
     }
 
     /// Namespaces of the providers with a tool in view.
@@ -79,6 +71,33 @@ impl FilteredView {
             }),
         }
     }
+}
+
+/// Whether `name`, or the tool it is an alias of, matches one of `globs` and (unless it is
+/// empty) one of `within`: [`FilteredView::allows`].
+fn allows(orchestrator: &Orchestrator, globs: &[String], within: &[String], name: &str) -> bool {
+    let matches = |name: &str| {
+        globs.iter().any(|g| glob_match(g, name))
+            && (within.is_empty() || within.iter().any(|g| glob_match(g, name)))
+    };
+    matches(name)
+        || orchestrator
+            .registry()
+            .get(name)
+            .is_some_and(|entry| &*entry.name != name && matches(&entry.name))
+}
+
+/// Whether the provider `namespace` of `orchestrator` has a tool in the view of `globs`
+/// within `within`.
+fn provider_in_view(
+    orchestrator: &Orchestrator,
+    globs: &[String],
+    within: &[String],
+    namespace: &str,
+) -> bool {
+    let registry = orchestrator.registry();
+    let mut entries = registry.entries().filter(|e| e.provider.namespace() == namespace);
+    entries.any(|e| allows(orchestrator, globs, within, &e.name))
 }
 
 #[async_trait]
@@ -247,6 +266,20 @@ impl ToolProvider for FilteredView {
     }
 
     fn resource_updates(&self) -> Option<ResourceUpdates> {
-        self.orchestrator.resource_updates()
+        // The stream must not keep the orchestrator alive: it ends when the orchestrator
+        // goes.
+        let orchestrator = self.orchestrator.downgrade();
+        let (globs, within) = (self.globs.clone(), self.within.clone());
+        let in_view = move |source: &str| {
+            let orchestrator = orchestrator.upgrade();
+            orchestrator.is_some_and(|o| provider_in_view(&o, &globs, &within, source))
+        };
+        Some(self.orchestrator.resource_updates()?.only_from(in_view))
+    }
+
+    /// Updates of the providers in view only: another provider may serve a URI of the
+    /// same name, and its updates are no business of this view's subscribers.
+    fn passes_updates_from(&self, source: &str) -> bool {
+        provider_in_view(&self.orchestrator, &self.globs, &self.within, source)
     }
 }

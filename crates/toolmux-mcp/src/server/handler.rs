@@ -396,6 +396,23 @@ impl Shared {
         self.options.views.as_ref()?.view(holder?)
     }
 
+    /// `streams` as key holder `holder` is to hear them: the resource updates of the
+    /// providers its view passes on only ([`ToolProvider::passes_updates_from`]), asked of
+    /// its view as it is when each update comes. Two providers may serve one URI, and a
+    /// holder subscribed to it must not hear of the one out of its view.
+    fn streams_for(self: &Arc<Self>, mut streams: Streams, holder: Option<Arc<str>>) -> Streams {
+        let Some(holder) = holder.filter(|_| self.options.views.is_some()) else {
+            return streams;
+        };
+        let shared = Arc::downgrade(self);
+        let passes = move |source: &str| {
+            let view = shared.upgrade().and_then(|shared| shared.view_of(Some(&holder)));
+            view.is_none_or(|view| view.passes_updates_from(source))
+        };
+        streams.updates = streams.updates.map(|updates| updates.only_from(passes));
+        streams
+    }
+
     fn cached_listing(&self) -> Option<Arc<Listing>> {
         self.listing.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -969,14 +986,18 @@ impl Gateway {
     }
 }
 
+/// The API key holder a message came with (its `extensions`), over HTTP with keys.
+fn holder_in(extensions: &rmcp::model::Extensions) -> Option<Arc<str>> {
+    extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<super::http::KeyHolder>())
+        .map(|holder| holder.0.clone())
+}
+
 impl Gateway {
     /// The API key holder a request came with, over HTTP with keys.
     fn holder(&self, context: &RequestContext<RoleServer>) -> Option<Arc<str>> {
-        context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<super::http::KeyHolder>())
-            .map(|holder| holder.0.clone())
+        holder_in(&context.extensions)
     }
 
     /// The provider this request's key holder is served (see [`Shared::provider_of`]).
@@ -1396,6 +1417,7 @@ impl ServerHandler for Gateway {
         let negotiated = self.negotiate_initialize(&request);
         if negotiated.is_ok() {
             let streams = Streams::of(&*self.shared.provider);
+            let streams = self.shared.streams_for(streams, self.holder(&context));
             *self.handshake_streams.lock().unwrap_or_else(|e| e.into_inner()) = Some(streams);
             if let Some(view) = self.shared.view_of(self.holder(&context).as_deref()) {
                 let shown = Shown::all(&view).await;
@@ -1783,7 +1805,10 @@ impl ServerHandler for Gateway {
         let taken = self.handshake_streams.lock().unwrap_or_else(|e| e.into_inner()).take();
         // Without an `initialize` answered (a client that never sent one) there is
         // nothing before this to miss.
-        let streams = taken.unwrap_or_else(|| Streams::of(&*self.shared.provider));
+        let streams = taken.unwrap_or_else(|| {
+            let streams = Streams::of(&*self.shared.provider);
+            self.shared.streams_for(streams, holder_in(&context.extensions))
+        });
         let mut shown =
             std::mem::take(&mut *self.handshake_shown.lock().unwrap_or_else(|e| e.into_inner()));
         for (changes, list) in [
@@ -1893,6 +1918,7 @@ impl ServerHandler for Gateway {
             at.map(|at| prepared.remove(at).1)
         };
         let streams = streams.unwrap_or_else(|| Streams::of(&*self.shared.provider));
+        let streams = self.shared.streams_for(streams, holder.clone());
         let wants = |flag: Option<bool>| flag == Some(true);
         // A burst of changes is announced once (`settle`); the settled streams keep what
         // came while another branch of the loop below ran.

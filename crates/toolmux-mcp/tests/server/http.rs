@@ -732,6 +732,158 @@ async fn holders_whose_views_serve_a_uri_from_two_providers_each_unsubscribe_the
     server.stop().await;
 }
 
+/// A served provider made of two, `a` and `b` (as an orchestrator of two upstream servers
+/// is), whose resource updates the test sends as either.
+#[derive(Debug)]
+struct Pair {
+    mock: MockProvider,
+    updates: toolmux_core::ResourceUpdateNotifier,
+}
+
+#[async_trait::async_trait]
+impl ToolProvider for Pair {
+    fn kind(&self) -> toolmux_core::ToolKind {
+        toolmux_core::ToolKind::Composite
+    }
+
+    fn namespace(&self) -> &str {
+        self.mock.namespace()
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, toolmux_core::ToolError> {
+        self.mock.list_tools().await
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &toolmux_core::CallContext,
+    ) -> Result<toolmux_core::ToolOutput, toolmux_core::ToolError> {
+        self.mock.call(name, arguments, ctx).await
+    }
+
+    fn resource_updates(&self) -> Option<toolmux_core::ResourceUpdates> {
+        Some(self.updates.subscribe())
+    }
+}
+
+/// A key holder's view of [`Pair`] that has one of its two providers in view: it passes on
+/// that one's resource updates only.
+#[derive(Debug)]
+struct OneOfPair {
+    pair: Arc<Pair>,
+    in_view: &'static str,
+}
+
+#[async_trait::async_trait]
+impl ToolProvider for OneOfPair {
+    fn kind(&self) -> toolmux_core::ToolKind {
+        self.pair.kind()
+    }
+
+    fn namespace(&self) -> &str {
+        self.pair.namespace()
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, toolmux_core::ToolError> {
+        self.pair.list_tools().await
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &toolmux_core::CallContext,
+    ) -> Result<toolmux_core::ToolOutput, toolmux_core::ToolError> {
+        self.pair.call(name, arguments, ctx).await
+    }
+
+    fn resource_updates(&self) -> Option<toolmux_core::ResourceUpdates> {
+        self.pair.resource_updates()
+    }
+
+    fn passes_updates_from(&self, source: &str) -> bool {
+        source == self.in_view
+    }
+}
+
+/// `alice` is served provider `a` of the pair, `bob` provider `b`.
+#[derive(Debug)]
+struct HalfEach(Arc<Pair>);
+
+impl toolmux_mcp::server::HolderViews for HalfEach {
+    fn view(&self, holder: &str) -> Option<Arc<dyn ToolProvider>> {
+        let in_view = match holder {
+            "alice" => "a",
+            "bob" => "b",
+            _ => return None,
+        };
+        Some(Arc::new(OneOfPair { pair: self.0.clone(), in_view }))
+    }
+}
+
+/// Two key holders whose views hold different providers that both serve `test://r`, each
+/// subscribed to it: each hears of its own provider's updates of it only, over a session
+/// (`resources/subscribe`) and over `subscriptions/listen` alike. Each heard of both, as
+/// updates were matched by URI alone.
+#[tokio::test]
+#[allow(deprecated, reason = "resources/subscribe of the handshake revisions")]
+async fn key_holders_hear_only_of_updates_from_providers_in_their_views() {
+    use rmcp::model::SubscribeRequestParams;
+    use rmcp::service::ClientLifecycleMode::Initialize;
+    let (shared, last) = ("test://r", "test://last");
+    let mock = MockProvider::new("pair").with_tool("a", Behavior::Echo);
+    let pair = Arc::new(Pair { mock, updates: toolmux_core::ResourceUpdateNotifier::new() });
+    let keys = ApiKeys::new(vec![
+        ApiKey { name: "alice".into(), key: "alice-key-0123456789".into() },
+        ApiKey { name: "bob".into(), key: "bob-key-0123456789ab".into() },
+    ]);
+    let options = ServeOptions {
+        api_keys: keys,
+        views: Some(Arc::new(HalfEach(pair.clone()))),
+        ..Default::default()
+    };
+    let server = HttpServer::start(pair.clone(), options).await;
+    let (alice, heard_by_alice) =
+        client_with_key(&server, "alice-key-0123456789", Initialize).await;
+    let (bob, heard_by_bob) = client_with_key(&server, "bob-key-0123456789ab", Initialize).await;
+    for client in [&alice, &bob] {
+        for uri in [shared, last] {
+            within(client.subscribe(SubscribeRequestParams::new(uri))).await.unwrap();
+        }
+        // The session's notification stream is established before the updates.
+        within(client.list_all_tools()).await.unwrap();
+    }
+    let filter = SubscriptionFilter::builder().resource_subscriptions([shared, last]).build();
+    let alice_listens = stateless_client(&server, "alice-key-0123456789").await;
+    let bob_listens = stateless_client(&server, "bob-key-0123456789ab").await;
+    let mut alice_listened = within(alice_listens.listen(filter.clone())).await.unwrap();
+    let mut bob_listened = within(bob_listens.listen(filter)).await.unwrap();
+
+    // Each provider updates the shared URI, then the last one: what comes between the two
+    // a holder hears of is what it heard of the shared URI.
+    for source in ["b", "a"] {
+        pair.updates.notify_from(source, shared);
+    }
+    for source in ["a", "b"] {
+        pair.updates.notify_from(source, last);
+    }
+    for listened in [&mut alice_listened, &mut bob_listened] {
+        assert_eq!(next_update(listened).await, shared);
+        assert_eq!(next_update(listened).await, last);
+    }
+    for (holder, heard) in [("alice", &heard_by_alice), ("bob", &heard_by_bob)] {
+        let told_of_last = || async { heard.updated.lock().unwrap().contains(&last.to_owned()) };
+        eventually("the last update over the session", told_of_last).await;
+        assert_eq!(*heard.updated.lock().unwrap(), [shared, last], "{holder}");
+    }
+    for client in [alice, bob, alice_listens, bob_listens] {
+        within(client.cancel()).await.unwrap();
+    }
+    server.stop().await;
+}
+
 /// The mock as a key holder's view shows it: without its tools named `hidden_*`.
 #[derive(Debug)]
 struct HidingTools(Arc<MockProvider>);

@@ -3,6 +3,7 @@
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ProgressNotificationParam, ProtocolVersion,
+    ResourceUpdatedNotificationParam,
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -28,11 +29,14 @@ pub fn install_crypto() {
 /// Every wait in these tests ends after this long.
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
-/// An rmcp client handler that records progress and list-changed notifications.
+/// An rmcp client handler that records progress, list-changed and resource-updated
+/// notifications.
 #[derive(Debug, Clone, Default)]
 pub struct Recorder {
     pub progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
     pub list_changed: Arc<AtomicUsize>,
+    /// The URIs of `notifications/resources/updated`, in order.
+    pub updated: Arc<Mutex<Vec<String>>>,
 }
 
 impl ClientHandler for Recorder {
@@ -46,6 +50,14 @@ impl ClientHandler for Recorder {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.list_changed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.updated.lock().unwrap().push(params.uri);
     }
 }
 

@@ -214,7 +214,9 @@ impl Orchestrator {
         self.route_subscription(uri, subscribe, scope).await
     }
 
-    /// Updated URIs of every provider, merged; `None` when no provider sends any.
+    /// Updated URIs of every provider, merged, each with the namespace of the provider that
+    /// sent it ([`toolmux_core::ResourceUpdate::source`]); `None` when no provider sends
+    /// any.
     pub fn resource_updates(&self) -> Option<ResourceUpdates> {
         self.start_update_forwarders();
         let started = {
@@ -515,10 +517,11 @@ pub(super) fn forward(
         while let Some(uri) = updates.next().await {
             // A resource listed under an alias is updated under it.
             let catalog = inner.resources.read().unwrap_or_else(|e| e.into_inner()).clone();
+            // Each tagged with its provider, so that a view passes on only its own.
             if catalog.shadowed(i, &uri) {
-                inner.updates.notify(&alias(&namespace, &uri));
+                inner.updates.notify_from(&namespace, &alias(&namespace, &uri));
             } else {
-                inner.updates.notify(&uri);
+                inner.updates.notify_from(&namespace, &uri);
             }
         }
     }));

@@ -605,6 +605,42 @@ async fn subscriptions_route_to_the_owner_and_updates_are_merged() {
     assert!(after.is_err(), "forwarders stop on cleanup: {after:?}");
 }
 
+/// The next update of `updates` (within a second): its URI and its source.
+async fn next_update(updates: &mut ResourceUpdates) -> (String, Option<String>) {
+    let next = tokio::time::timeout(Duration::from_secs(1), updates.next_update());
+    let update = next.await.expect("an update in time").expect("the stream goes on");
+    (update.uri.to_string(), update.source.as_deref().map(str::to_owned))
+}
+
+/// Two providers may serve one URI (two instances of a server behind different key
+/// holders' views): a view passes on the updates of the providers in view only, and the
+/// merged stream tells which provider sent each. A view passed on every provider's.
+#[tokio::test(start_paused = true)]
+async fn a_view_passes_on_the_updates_of_its_own_providers_only() {
+    let serving = |namespace| Library { with_status_tool: true, ..Library::new(namespace) };
+    let (a, b) = (Arc::new(serving("a").with_updates()), Arc::new(serving("b").with_updates()));
+    let o = library(vec![a.clone(), b.clone()]).await;
+    let (of_a, of_b) = (
+        FilteredView::new(o.clone(), vec!["a__*".into()]),
+        FilteredView::new(o.clone(), vec!["b__*".into()]),
+    );
+    let mut merged = o.resource_updates().expect("providers send updates");
+    let mut heard_by_a = of_a.resource_updates().expect("providers in view send updates");
+    of_a.subscribe_resource("free://x").await.unwrap();
+    assert_eq!((a.subscribed(), b.subscribed()), (vec!["free://x".to_owned()], vec![]));
+    assert!(of_a.passes_updates_from("a") && !of_a.passes_updates_from("b"));
+    assert!(of_b.passes_updates_from("b") && !of_b.passes_updates_from("a"));
+
+    let of = |uri: &str, source: &str| (uri.to_owned(), Some(source.to_owned()));
+    // One forwarding task per provider: b's update is merged before a's is sent.
+    b.notify("free://x");
+    assert_eq!(next_update(&mut merged).await, of("free://x", "b"));
+    a.notify("free://x");
+    assert_eq!(next_update(&mut merged).await, of("free://x", "a"));
+    assert_eq!(next_update(&mut heard_by_a).await, of("free://x", "a"), "b's update is not a's");
+    o.cleanup().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn without_sources_there_are_no_updates_and_nothing_to_subscribe() {
     let o = library(vec![Arc::new(docs())]).await;
