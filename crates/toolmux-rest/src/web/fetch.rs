@@ -386,22 +386,9 @@ impl Fetcher {
         let until = tokio::time::Instant::now() + limit;
         let fetch = async {
             if let Some(delay) = self.obey_robots(tool, &url).await? {
-                // The wait may take half of what is left, so the fetch keeps the other half.
-                let left = until.saturating_duration_since(tokio::time::Instant::now());
-                let wait = self.pace.take(&origin(&url), delay, left / 2).map_err(|turn| {
-                    ToolError::RateLimited {
-                        tool: tool.to_owned(),
-                        limit: format!(
-                            "{} asks for {} between fetches in its robots.txt (`Crawl-delay`)",
-                            origin(&url),
-                            human_seconds(delay)
-                        ),
-                        retry_after: turn,
-                    }
-                })?;
-                tokio::time::sleep(wait).await;
+                self.wait_turn(tool, &url, delay, until).await?;
             }
-            self.get(tool, &url, secrets).await
+            self.get(tool, &url, secrets, until).await
         };
         let page = tokio::time::timeout(limit, fetch).await.map_err(|_| ToolError::Timeout {
             tool: tool.to_owned(),
@@ -410,6 +397,32 @@ impl Fetcher {
         })??;
         let text = page.render(raw).map_err(|why| ToolError::remote(tool, why))?;
         slice(&page, &text, start, max_length).map_err(invalid)
+    }
+
+    /// Waits for the turn of `url`'s site, which asks for `delay` between fetches; a turn
+    /// further off than half of what is left until `until` is not taken (the fetch keeps
+    /// the other half) and fails as rate limited, saying when to call again.
+    async fn wait_turn(
+        &self,
+        tool: &str,
+        url: &Url,
+        delay: Duration,
+        until: tokio::time::Instant,
+    ) -> Result<(), ToolError> {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        let wait = self.pace.take(&origin(url), delay, left / 2).map_err(|turn| {
+            ToolError::RateLimited {
+                tool: tool.to_owned(),
+                limit: format!(
+                    "{} asks for {} between fetches in its robots.txt (`Crawl-delay`)",
+                    origin(url),
+                    human_seconds(delay)
+                ),
+                retry_after: turn,
+            }
+        })?;
+        tokio::time::sleep(wait).await;
+        Ok(())
     }
 
     /// Refuses `url` when its site's robots.txt disallows it for our product token; else
@@ -506,11 +519,18 @@ impl Fetcher {
     }
 
     /// The response to `GET url`, its body cut at `max_bytes`; refused when a redirect led
-    /// to a page robots.txt disallows, before that page is requested.
-    async fn get(&self, tool: &str, url: &Url, secrets: &[String]) -> Result<Fetched, ToolError> {
+    /// to a page robots.txt disallows, before that page is requested. A redirect to a site
+    /// that sets a `Crawl-delay` waits for its turn there, within `until`.
+    async fn get(
+        &self,
+        tool: &str,
+        url: &Url,
+        secrets: &[String],
+        until: tokio::time::Instant,
+    ) -> Result<Fetched, ToolError> {
         let response = match self.robots {
             None => self.request(&self.client, tool, url, None).await?,
-            Some(_) => self.follow(tool, url).await?,
+            Some(_) => self.follow(tool, url, until).await?,
         };
         let status = response.status();
         let final_url = response.url().clone();
@@ -579,9 +599,15 @@ impl Fetcher {
 
     /// `GET url` following its redirects one hop at a time: each hop's address is checked
     /// as the redirect policy checks it, and its site's robots.txt is asked before the hop
-    /// is requested, so a chain through a disallowed page does not fetch that page. (`url`
-    /// itself was asked before.)
-    async fn follow(&self, tool: &str, url: &Url) -> Result<reqwest::Response, ToolError> {
+    /// is requested, so a chain through a disallowed page does not fetch that page, and a
+    /// hop to a site that sets a `Crawl-delay` waits for its turn there as a fetch of it
+    /// would. (`url` itself was asked, and waited for, before.)
+    async fn follow(
+        &self,
+        tool: &str,
+        url: &Url,
+        until: tokio::time::Instant,
+    ) -> Result<reqwest::Response, ToolError> {
         let mut at = url.clone();
         let mut from: Option<Url> = None;
         let mut hops = 0;
@@ -611,7 +637,9 @@ impl Fetcher {
                 let reason = format!("a redirect to {} was refused: {why}", origin(&next));
                 return Err(ToolError::Denied { tool: tool.to_owned(), reason });
             }
-            self.obey_robots(tool, &next).await?;
+            if let Some(delay) = self.obey_robots(tool, &next).await? {
+                self.wait_turn(tool, &next, delay, until).await?;
+            }
             from = Some(std::mem::replace(&mut at, next));
         }
     }

@@ -757,3 +757,47 @@ async fn a_redirect_loop_between_two_sites_ends_at_the_hop_limit() {
         assert_eq!(robots_reads, if robots { 2 } else { 0 }, "robotsTxt: {robots}: {asked:?}");
     }
 }
+
+/// A redirect to a site that sets a `Crawl-delay` takes that site's turn as a fetch of it
+/// does: the hop was requested at once, however lately the site had been fetched.
+#[tokio::test]
+async fn a_redirect_hop_waits_for_its_sites_crawl_delay() {
+    let pages = Arc::new(Mutex::new(0));
+    let counted = pages.clone();
+    let paced = serve(move |request: SeenRequest| {
+        match request.request_line().split(' ').nth(1).unwrap_or_default() {
+            "/robots.txt" => text(200, "text/plain", b"User-agent: *\nCrawl-delay: 20\n"),
+            _ => {
+                *counted.lock().unwrap() += 1;
+                html(PAGE)
+            }
+        }
+    })
+    .await;
+    let to = format!("{paced}/page");
+    let redirecting = serve(move |request: SeenRequest| {
+        match request.request_line().split(' ').nth(1).unwrap_or_default() {
+            "/robots.txt" => text(404, "text/plain", b""),
+            _ => Reply {
+                status: 302,
+                headers: vec![("Location".into(), to.clone())],
+                chunks: Vec::new(),
+            },
+        }
+    })
+    .await;
+    let web = provider(json!({"fetch": {"allowPrivate": true, "timeoutMs": 4000}}));
+    let first = call(&web, "fetch", json!({"url": format!("{paced}/page")})).await;
+    assert!(first.expect("the first fetch waits for nothing").to_text().contains("Version 2"));
+    let error = call(&web, "fetch", json!({"url": format!("{redirecting}/go")})).await.unwrap_err();
+    let ToolError::RateLimited { retry_after, .. } = &error else {
+        panic!("not a rate limit: {}", error.report())
+    };
+    assert!(*retry_after > std::time::Duration::from_secs(18), "{retry_after:?}");
+    assert!(
+        error.report().contains(&format!("{paced} asks for 20s between fetches")),
+        "{}",
+        error.report()
+    );
+    assert_eq!(*pages.lock().unwrap(), 1, "the hop was requested before its turn");
+}
