@@ -26,9 +26,12 @@ async fn run(package: &str, name: &str) {
     let suite =
         support::repo_root().join(".peers/node/node_modules").join(package).join("dist/index.js");
     assert!(suite.exists(), "missing test peer {package}: run .ci/install-peers");
+    // One folder, named without a `/`: a scenario such as `auth/basic-cimd` made its results
+    // a folder within another, which the removal below left behind, empty.
     let results = std::env::temp_dir().join(format!(
-        "toolmux-mcp-conformance-{}-{name}-{}",
+        "toolmux-mcp-conformance-{}-{}-{}",
         package.replace('/', "-"),
+        name.replace('/', "-"),
         std::process::id()
     ));
     let mut command = Command::new(node);
