@@ -468,3 +468,46 @@ async fn call(
     }
     serde_json::from_str(&result.conversation_text()).map_err(|e| format!("`{tool}`: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolmux_llm::{ModelToolCall, ToolResultMessage};
+
+    /// An assistant message calling `id`.
+    fn call(id: &str) -> Message {
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![ModelToolCall::new(id, "mock__echo", json!({}))],
+            reasoning: None,
+            blocks: None,
+        }
+    }
+
+    /// The tool message answering `id`.
+    fn result(id: &str) -> Message {
+        Message::Tool { results: vec![ToolResultMessage::new(id, "ok", false)] }
+    }
+
+    /// A cut goes before the first user message after which no result answers an earlier
+    /// call, even where a user message came between a call and its result (the inbox's
+    /// note before a resumed turn's result): the history begins with user message `b`.
+    #[test]
+    fn a_cut_never_parts_a_call_from_its_result() {
+        let long = "x".repeat(4000);
+        let messages = vec![
+            Message::user(long),
+            call("c1"),
+            Message::user("a"),
+            result("c1"),
+            Message::user("b"),
+            call("c2"),
+            result("c2"),
+        ];
+        let kept = bounded(messages.clone(), 100);
+        assert_eq!(kept, messages[4..]);
+        // All of it fits: nothing is cut; nothing fits: nothing is kept.
+        assert_eq!(bounded(messages.clone(), 10_000), messages);
+        assert_eq!(bounded(messages, 1), Vec::<Message>::new());
+    }
+}
