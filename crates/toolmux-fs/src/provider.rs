@@ -112,27 +112,28 @@ impl Tool {
         }
     }
 
-    /// Its specification; `sandbox` is the sentence about the shell tools' sandbox.
-    fn spec(self, sandbox: &str) -> ToolSpec {
+    /// Its specification; `sandbox` is the sentence about the shell tools' sandbox, `ns` the
+    /// namespace the tools are listed in, which its description names other tools in.
+    fn spec(self, sandbox: &str, ns: &str) -> ToolSpec {
         let (description, schema): (String, _) = match self {
-            Tool::Read => (read::DESCRIPTION.into(), schema_for::<read::ReadArgs>()),
-            Tool::Write => (write::DESCRIPTION.into(), schema_for::<write::WriteArgs>()),
-            Tool::Edit => (edit::EDIT_DESCRIPTION.into(), schema_for::<edit::EditArgs>()),
+            Tool::Read => (read::description(ns), schema_for::<read::ReadArgs>()),
+            Tool::Write => (write::description(ns), schema_for::<write::WriteArgs>()),
+            Tool::Edit => (edit::edit_description(ns), schema_for::<edit::EditArgs>()),
             Tool::MultiEdit => {
-                (edit::MULTI_EDIT_DESCRIPTION.into(), schema_for::<edit::MultiEditArgs>())
+                (edit::multi_edit_description(ns), schema_for::<edit::MultiEditArgs>())
             }
             Tool::ApplyPatch => (patch::DESCRIPTION.into(), schema_for::<patch::ApplyPatchArgs>()),
-            Tool::Undo => (undo::DESCRIPTION.into(), schema_for::<undo::UndoArgs>()),
+            Tool::Undo => (undo::description(ns), schema_for::<undo::UndoArgs>()),
             Tool::Grep => (grep::DESCRIPTION.into(), schema_for::<grep::GrepArgs>()),
             Tool::Glob => (glob::DESCRIPTION.into(), schema_for::<glob::GlobArgs>()),
             Tool::Ls => (ls::DESCRIPTION.into(), schema_for::<ls::LsArgs>()),
-            Tool::Bash => (shell::bash_description(sandbox), schema_for::<shell::BashArgs>()),
-            Tool::Exec => (shell::exec_description(sandbox), schema_for::<shell::ExecArgs>()),
+            Tool::Bash => (shell::bash_description(sandbox, ns), schema_for::<shell::BashArgs>()),
+            Tool::Exec => (shell::exec_description(sandbox, ns), schema_for::<shell::ExecArgs>()),
             Tool::TaskOutput => {
-                (tasks::OUTPUT_DESCRIPTION.into(), schema_for::<tasks::TaskOutputArgs>())
+                (tasks::output_description(ns), schema_for::<tasks::TaskOutputArgs>())
             }
             Tool::TaskWriteStdin => {
-                (tasks::WRITE_STDIN_DESCRIPTION.into(), schema_for::<tasks::TaskWriteStdinArgs>())
+                (tasks::write_stdin_description(ns), schema_for::<tasks::TaskWriteStdinArgs>())
             }
             Tool::TaskKill => (tasks::KILL_DESCRIPTION.into(), schema_for::<tasks::TaskKillArgs>()),
             Tool::TaskList => (tasks::LIST_DESCRIPTION.into(), schema_for::<tasks::TaskListArgs>()),
@@ -170,7 +171,34 @@ impl Tool {
                 ..ToolAnnotations::default()
             },
         };
+        let mut schema = schema;
+        name_tools_in_schema(&mut schema, ns);
         ToolSpec::new(self.name(), description, schema).with_annotations(annotations)
+    }
+}
+
+/// `schema` with the tools its descriptions name (doc comments, which cannot hold the
+/// namespace) named as a model calls them, `fs__read` in `fs`. `glob` is also one of
+/// `grep`'s parameters, so it is left as it is.
+fn name_tools_in_schema(schema: &mut Value, ns: &str) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match value {
+                    Value::String(text) if key == "description" => {
+                        for tool in ALL.into_iter().filter(|t| *t != Tool::Glob) {
+                            let bare = format!("`{}`", tool.name());
+                            if text.contains(&bare) {
+                                *text = text.replace(&bare, &format!("`{ns}__{}`", tool.name()));
+                            }
+                        }
+                    }
+                    _ => name_tools_in_schema(value, ns),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| name_tools_in_schema(item, ns)),
+        _ => {}
     }
 }
 
@@ -219,6 +247,23 @@ pub(crate) fn keeping_spill_dir(sandbox: Sandbox, configured: Option<&Path>) -> 
     }
 }
 
+/// The spec of every tool, listed in `namespace`.
+fn specs(config: &FsConfig, sandbox: &Sandbox, namespace: &str) -> Vec<(Tool, ToolSpec)> {
+    let own = Duration::from_millis(config.bash.max_timeout_ms.max(config.bash.default_timeout_ms));
+    ALL.into_iter()
+        .map(|t| {
+            let spec = t.spec(sandbox.description(), namespace);
+            // A command ends at its own `timeout` with its output so far: the pipeline
+            // must not cut it off first.
+            let spec = match t {
+                Tool::Bash | Tool::Exec => spec.with_time_limit(own + shell::ANSWER_MARGIN),
+                _ => spec,
+            };
+            (t, spec)
+        })
+        .collect()
+}
+
 impl FsProvider {
     /// The tools configured by `config`, in namespace `fs`. Fails when the root is not an
     /// absolute path to a directory.
@@ -226,23 +271,10 @@ impl FsProvider {
         let workspace = Workspace::open(&config.root)?;
         let (sandbox, protection) = guarded_sandbox(&config, workspace.root())?;
         let workspace = workspace.with_protection(protection);
-        let own =
-            Duration::from_millis(config.bash.max_timeout_ms.max(config.bash.default_timeout_ms));
-        let specs = ALL
-            .into_iter()
-            .map(|t| {
-                let spec = t.spec(sandbox.description());
-                // A command ends at its own `timeout` with its output so far: the pipeline
-                // must not cut it off first.
-                let spec = match t {
-                    Tool::Bash | Tool::Exec => spec.with_time_limit(own + shell::ANSWER_MARGIN),
-                    _ => spec,
-                };
-                (t, spec)
-            })
-            .collect();
+        let namespace = "fs".to_owned();
+        let specs = specs(&config, &sandbox, &namespace);
         Ok(FsProvider {
-            namespace: "fs".into(),
+            namespace,
             config: Arc::new(config),
             workspace: Arc::new(workspace),
             specs,
@@ -251,9 +283,10 @@ impl FsProvider {
         })
     }
 
-    /// Lists the tools under another namespace.
+    /// Lists the tools under another namespace; their descriptions name each other in it.
     pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = namespace.into();
+        self.specs = specs(&self.config, &self.sandbox, &self.namespace);
         self
     }
 
@@ -464,16 +497,18 @@ impl FsProvider {
     ) -> Result<ToolOutput, FsError> {
         let dir = self.workdir(tool, how.workdir.as_deref())?;
         if how.background {
-            shell::check_allowed(&self.config.bash, &program)?;
+            shell::check_allowed(&self.config.bash, &program, &self.namespace)?;
             self.sandbox.find_user_paths(&program.label()).await?;
             return self.background(tool, program, &dir, &how, ctx).await;
         }
         if how.tty {
             return Err(FsError::InvalidArguments {
                 tool: tool.name(),
-                message: "`tty` needs `run_in_background: true`: a terminal is for a task that \
-                          takes input with `task_write_stdin`"
-                    .into(),
+                message: format!(
+                    "`tty` needs `run_in_background: true`: a terminal is for a task that \
+                     takes input with `{}__task_write_stdin`",
+                    self.namespace
+                ),
             });
         }
         if how.keep_stdin {
@@ -497,7 +532,7 @@ impl FsProvider {
     ) -> Result<ToolOutput, FsError> {
         let name = tool.name();
         let config = &self.config.bash;
-        shell::check_allowed(config, &program)?;
+        shell::check_allowed(config, &program, &self.namespace)?;
         let lifetime = shell::background_timeout(config, name, how.timeout)?;
         let start = tasks::Start {
             config,
@@ -522,7 +557,7 @@ impl FsProvider {
         ctx: &CallContext,
     ) -> Result<ToolOutput, FsError> {
         let name = tool.name();
-        shell::check_allowed(&self.config.bash, &program)?;
+        shell::check_allowed(&self.config.bash, &program, &self.namespace)?;
         let limit = shell::timeout(&self.config.bash, name, timeout)?;
         self.sandbox.find_user_paths(&program.label()).await?;
         shell::run(&self.config.bash, &self.sandbox, dir, name, program, limit, ctx.cancel_token())

@@ -94,14 +94,18 @@ pub struct MultiEditArgs {
     pub dry_run: bool,
 }
 
-pub(crate) const EDIT_DESCRIPTION: &str = "Replace exact text in a file. `old_string` must match \
-the file exactly (whitespace and indentation included, without the line-number prefix `read` \
+/// The description; `ns` is the namespace the tools are listed in (other tools are named
+/// as a model calls them, `fs__ls` in `fs`).
+pub(crate) fn edit_description(ns: &str) -> String {
+    format!(
+        "Replace exact text in a file. `old_string` must match \
+the file exactly (whitespace and indentation included, without the line-number prefix `{ns}__read` \
 shows) and occur exactly once, unless `replace_all` is true. When it is not found, the error \
 names the closest line; when it occurs several times, the error gives the count and line \
 numbers: add surrounding context to make it unique. `expected_count` N replaces every \
 occurrence but only if there are exactly N. To add lines without replacing any, give \
 `insert_line` N instead of `old_string`: `new_string` goes in as whole lines after line N as \
-`read` numbers it (0 the top of the file, -1 after its last line), and the diff shows the lines \
+`{ns}__read` numbers it (0 the top of the file, -1 after its last line), and the diff shows the lines \
 around it to check the place. `dry_run` shows the diff and writes nothing. `old_string` and \
 `new_string` must differ. \
 The file keeps its encoding (UTF-8, a byte order mark, UTF-16, UTF-32) and line endings: `new_string` \
@@ -112,15 +116,23 @@ Curly quotes, long dashes and non-breaking spaces in the file match the plain on
 what it adds as given); spaces and tabs ending the \
 lines of a several-line `old_string` need not match. With an empty `old_string` on a missing or empty file, `new_string` becomes its content. Returns the \
 number of replacements and a short diff. The write is atomic; if the file was read in this run \
-and has changed since, the edit is refused until you read it again.";
+and has changed since, the edit is refused until you read it again."
+    )
+}
 
-pub(crate) const MULTI_EDIT_DESCRIPTION: &str = "Apply several exact replacements to one file, \
+/// The description; `ns` is the namespace the tools are listed in (other tools are named
+/// as a model calls them, `fs__ls` in `fs`).
+pub(crate) fn multi_edit_description(ns: &str) -> String {
+    format!(
+        "Apply several exact replacements to one file, \
 all or nothing: each edit (`old_string`, `new_string`, `replace_all`) is applied in order to the \
-result of the previous one, with the same rules as `edit` (`expected_count` included; an edit \
+result of the previous one, with the same rules as `{ns}__edit` (`expected_count` included; an edit \
 with `insert_line` inserts after that line of the text the edits before it left); if any \
 edit fails, nothing is written and the error names the failing edit. `dry_run` shows the diff \
 and writes nothing. The write is atomic. Returns the number of replacements \
-and a short diff.";
+and a short diff."
+    )
+}
 
 /// Runs `edit`.
 pub(crate) fn edit(

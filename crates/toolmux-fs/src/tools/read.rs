@@ -77,7 +77,11 @@ pub struct ReadArgs {
     pub raw: bool,
 }
 
-pub(crate) const DESCRIPTION: &str = "Read a text file from the workspace. Returns `cat -n` style \
+/// The description; `ns` is the namespace the tools are listed in (other tools are named
+/// as a model calls them, `fs__ls` in `fs`).
+pub(crate) fn description(ns: &str) -> String {
+    format!(
+        "Read a text file from the workspace. Returns `cat -n` style \
 lines: the 1-based line number right-aligned in 6 columns, a TAB, then the line. By default up to \
 2000 lines from the start; pass `offset` (1-based line) and `limit` to read other parts. Lines \
 longer than 2000 characters are cut with a marker giving the `offset`, `limit: 1` and \
@@ -87,17 +91,19 @@ function or other block it is in (`levels: 2` for the one around that, such as i
 with the comments and attributes above it and its closing line. A footer in square \
 brackets says when more lines remain and which `offset` continues. The total line count is \
 reported; in a file over 64 MiB, lines are counted only to the page or the first 64 MiB, \
-whichever is further, and the count says so. Directories are refused (use `ls`); a PNG, JPEG, GIF or WebP image (up to 5 MiB) is \
+whichever is further, and the count says so. Directories are refused (use `{ns}__ls`); a PNG, JPEG, GIF or WebP image (up to 5 MiB) is \
 returned as an image; other binary files (NUL bytes in the first 8 KiB) are refused, invalid UTF-8 is replaced with U+FFFD and flagged; files with a UTF-16 or UTF-32 byte order mark \
 are decoded (and refused if they are not valid in it). A Jupyter notebook (`.ipynb`) is shown \
 as its cells (number, id, type, source, text outputs; images and attachments named by type and \
-size), `offset` and `limit` counting cells; `raw: true` shows its JSON as lines instead, the text `edit` and \
-`write` change. Paths are relative to the workspace \
+size), `offset` and `limit` counting cells; `raw: true` shows its JSON as lines instead, the text `{ns}__edit` and \
+`{ns}__write` change. Paths are relative to the workspace \
 root or absolute inside it; nothing outside the root can be read. Asking again for the same \
 range (`offset` and `limit`, lines or a notebook's cells, with the same `raw`) of a file whose content has not changed since this run's last \
-`read` of it showed that range in full answers `[File unchanged since last read ...]` instead of \
+`{ns}__read` of it showed that range in full answers `[File unchanged since last read ...]` instead of \
 the lines, which are still those of that earlier result; if you no longer have them, make the \
-same call once more and the lines are returned.";
+same call once more and the lines are returned."
+    )
+}
 
 /// Reads one page of `args.path`, recording the file's hash for `run`. With `may_repeat`
 /// false (a person's call, who keeps no transcript of earlier results) the page is always

@@ -117,8 +117,9 @@ pub struct ExecArgs {
     pub tty: bool,
 }
 
-/// The description of `bash`; `sandbox` is the sentence about the sandbox.
-pub(crate) fn bash_description(sandbox: &str) -> String {
+/// The description of `bash`; `sandbox` is the sentence about the sandbox, `ns` the
+/// namespace the tools are listed in (other tools are named as a model calls them).
+pub(crate) fn bash_description(sandbox: &str, ns: &str) -> String {
     format!(
         "Run a shell command with `bash -c` in the workspace root (or `workdir`, a folder \
 beneath it), in its own session and process group with no terminal (a prompt on /dev/tty \
@@ -134,21 +135,22 @@ they are found by. Output: `exit code N` (or the signal / timeout), then `--- st
 ---` and `--- stderr ---` sections, terminal escape sequences removed. Output over 30000 \
 characters keeps its head and tail with a marker, and the full output is saved to a file whose \
 path is given. With `run_in_background: true` (a server, a watcher, a long build) the call \
-returns at once with a `task_id`: read what it printed with `task_output`, stop it with \
-`task_kill`; `timeout` is then its lifetime (default 30 minutes). Add `keep_stdin: true` to a \
+returns at once with a `task_id`: read what it printed with `{ns}__task_output`, stop it with \
+`{ns}__task_kill`; `timeout` is then its lifetime (default 30 minutes). Add `keep_stdin: true` to a \
 background task that reads input (a REPL, a program asking questions) and send it text with \
-`task_write_stdin`; `tty: true` instead runs it on a terminal of its own, for programs that \
+`{ns}__task_write_stdin`; `tty: true` instead runs it on a terminal of its own, for programs that \
 need one (prompts, password questions)."
     )
 }
 
-/// The description of `exec`; `sandbox` is the sentence about the sandbox.
-pub(crate) fn exec_description(sandbox: &str) -> String {
+/// The description of `exec`; `sandbox` is the sentence about the sandbox, `ns` the
+/// namespace the tools are listed in.
+pub(crate) fn exec_description(sandbox: &str, ns: &str) -> String {
     format!(
         "Run a program with an argument list (`argv`), without a shell (no parsing, globbing or \
 substitution), in the workspace root (or `workdir` beneath it), in its own process group, stdin \
 closed. {sandbox} \
-Environment, `timeout`, killing, output and `run_in_background` are as for `bash`."
+Environment, `timeout`, killing, output and `run_in_background` are as for `{ns}__bash`."
     )
 }
 
@@ -170,8 +172,13 @@ impl Program {
     }
 }
 
-/// Checks `program` against the configured allow-list.
-pub(crate) fn check_allowed(config: &BashConfig, program: &Program) -> Result<(), FsError> {
+/// Checks `program` against the configured allow-list; a refusal names `exec` in namespace
+/// `ns`, as the model calls it.
+pub(crate) fn check_allowed(
+    config: &BashConfig,
+    program: &Program,
+    ns: &str,
+) -> Result<(), FsError> {
     if config.allow_prefixes.is_empty() {
         return Ok(());
     }
@@ -183,7 +190,7 @@ pub(crate) fn check_allowed(config: &BashConfig, program: &Program) -> Result<()
                     command: label,
                     reason: format!(
                         "it contains the shell operator `{}`, which is refused when an \
-                         allow-list of command prefixes is configured; use `exec` with an argv",
+                         allow-list of command prefixes is configured; use `{ns}__exec` with an argv",
                         op.escape_debug()
                     ),
                 });
@@ -195,7 +202,7 @@ pub(crate) fn check_allowed(config: &BashConfig, program: &Program) -> Result<()
                         "it contains the character U+{:04X}, {}, which is refused when an \
                          allow-list of command prefixes is configured: bash splits words only \
                          at spaces and tabs, so what looks like a prefix could be part of a \
-                         program's name; use plain spaces, or `exec` with an argv",
+                         program's name; use plain spaces, or `{ns}__exec` with an argv",
                         u32::from(odd),
                         if odd.is_whitespace() { "a space" } else { "a control character" },
                     ),
@@ -919,15 +926,17 @@ mod tests {
     #[test]
     fn allow_list_matches_words() {
         let c = config(&["cargo test", "ls"]);
-        assert!(check_allowed(&c, &Program::Shell("cargo test -p x".into())).is_ok());
-        assert!(check_allowed(&c, &Program::Shell("ls".into())).is_ok());
-        assert!(check_allowed(&c, &Program::Shell("cargo testing".into())).is_err());
-        assert!(check_allowed(&c, &Program::Shell("ls && rm -rf x".into())).is_err());
-        assert!(check_allowed(&c, &Program::Shell("ls $(rm x)".into())).is_err());
-        assert!(check_allowed(&c, &Program::Argv(vec!["ls".into(), ";rm".into()])).is_ok());
-        assert!(check_allowed(&c, &Program::Argv(vec!["rm".into()])).is_err());
-        assert!(check_allowed(&config(&[]), &Program::Shell("anything | at all".into())).is_ok());
-        assert!(check_allowed(&c, &Program::Shell("ls\t-la".into())).is_ok());
+        assert!(check_allowed(&c, &Program::Shell("cargo test -p x".into()), "fs").is_ok());
+        assert!(check_allowed(&c, &Program::Shell("ls".into()), "fs").is_ok());
+        assert!(check_allowed(&c, &Program::Shell("cargo testing".into()), "fs").is_err());
+        assert!(check_allowed(&c, &Program::Shell("ls && rm -rf x".into()), "fs").is_err());
+        assert!(check_allowed(&c, &Program::Shell("ls $(rm x)".into()), "fs").is_err());
+        assert!(check_allowed(&c, &Program::Argv(vec!["ls".into(), ";rm".into()]), "fs").is_ok());
+        assert!(check_allowed(&c, &Program::Argv(vec!["rm".into()]), "fs").is_err());
+        assert!(
+            check_allowed(&config(&[]), &Program::Shell("anything | at all".into()), "fs").is_ok()
+        );
+        assert!(check_allowed(&c, &Program::Shell("ls\t-la".into()), "fs").is_ok());
         for odd in [
             "ls\u{a0}x",
             "ls\u{2003}x",
@@ -937,7 +946,7 @@ mod tests {
             "ls\0x",
             "ls\u{85}x",
         ] {
-            assert!(check_allowed(&c, &Program::Shell(odd.into())).is_err(), "{odd:?}");
+            assert!(check_allowed(&c, &Program::Shell(odd.into()), "fs").is_err(), "{odd:?}");
         }
     }
 }

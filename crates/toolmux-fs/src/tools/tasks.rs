@@ -94,17 +94,29 @@ pub struct TaskKillArgs {
 #[serde(deny_unknown_fields)]
 pub struct TaskListArgs {}
 
-pub(crate) const OUTPUT_DESCRIPTION: &str = "What a background task (`bash` or `exec` with \
+/// The description; `ns` is the namespace the tools are listed in (other tools are named
+/// as a model calls them, `fs__ls` in `fs`).
+pub(crate) fn output_description(ns: &str) -> String {
+    format!(
+        "What a background task (`{ns}__bash` or `{ns}__exec` with \
 `run_in_background`) printed since the last look, stdout and stderr interleaved, terminal \
 escapes removed, and whether it is still running or how it ended. `block_ms` waits (up to 30000) \
-for new output or the end; `filter` keeps only matching lines.";
+for new output or the end; `filter` keeps only matching lines."
+    )
+}
 
-pub(crate) const WRITE_STDIN_DESCRIPTION: &str = "Send text to the standard input of a \
+/// The description; `ns` is the namespace the tools are listed in (other tools are named
+/// as a model calls them, `fs__ls` in `fs`).
+pub(crate) fn write_stdin_description(ns: &str) -> String {
+    format!(
+        "Send text to the standard input of a \
 background task started with `keep_stdin: true` (a REPL, a program asking questions, a server \
 reading commands), then wait up to `block_ms` (default 1000) for what it prints, returned as \
-`task_output` returns it. `input` is sent exactly: end lines with `\\n`. `close: true` closes \
+`{ns}__task_output` returns it. `input` is sent exactly: end lines with `\\n`. `close: true` closes \
 its input afterwards (end of file). A task that stops reading its input is reported after 5 \
-seconds instead of waiting.";
+seconds instead of waiting."
+    )
+}
 
 pub(crate) const KILL_DESCRIPTION: &str = "Stops a background task: its whole process group is \
 killed. Returns how it ended and what it printed that was not read yet.";

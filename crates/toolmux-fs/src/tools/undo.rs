@@ -38,12 +38,18 @@ pub struct UndoArgs {
     pub path: Option<String>,
 }
 
-pub(crate) const DESCRIPTION: &str = "Undo the last change this run made with write, edit, \
-multi_edit or apply_patch: every file of that change gets its content and mode from before it \
+/// The description; `ns` is the namespace the tools are listed in (other tools are named
+/// as a model calls them, `fs__ls` in `fs`).
+pub(crate) fn description(ns: &str) -> String {
+    format!(
+        "Undo the last change this run made with `{ns}__write`, `{ns}__edit`, \
+`{ns}__multi_edit` or `{ns}__apply_patch`: every file of that change gets its content and mode from before it \
 back (a file it created is removed, one it deleted comes back). With `path`, only the last change to \
 that file is undone. Refused, changing nothing, when a file changed since (by you, a command or \
 anyone): read it and edit it instead. Call it again to undo the change before. The last 20 \
-changes of the run are kept, in memory, while toolmux runs.";
+changes of the run are kept, in memory, while toolmux runs."
+    )
+}
 
 /// One file a change touched.
 #[derive(Debug, Clone)]

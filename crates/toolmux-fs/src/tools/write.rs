@@ -26,18 +26,24 @@ pub struct WriteArgs {
     pub content: String,
 }
 
-pub(crate) const DESCRIPTION: &str = "Write a file in the workspace, replacing its whole content. \
+/// The description; `ns` is the namespace the tools are listed in (other tools are named
+/// as a model calls them, `fs__ls` in `fs`).
+pub(crate) fn description(ns: &str) -> String {
+    format!(
+        "Write a file in the workspace, replacing its whole content. \
 Parent directories are created. The write is atomic (a temporary file renamed over the target) \
 and an existing file keeps its permissions, less its set-user-id and set-group-id bits; a file its owner may not \
-write (mode 0444) is refused. An existing file must have been read with `read` in \
+write (mode 0444) is refused. An existing file must have been read with `{ns}__read` in \
 this run, and must not have changed since (checked by content hash; for a file over 64 MiB, by its \
 size, times, inode and first and last MiB): otherwise the write is \
 refused and you must read the file (again) first. Overwriting keeps the file's byte order mark \
 and UTF-16 or UTF-32 encoding, and content written with `\\n` gets the file's CRLF line endings when most \
 of its lines end so (CR when they all end in a bare CR). Returns the bytes and lines written and, for an overwrite, which lines \
-changed. Prefer `edit` for changes to existing files. \
+changed. Prefer `{ns}__edit` for changes to existing files. \
 Paths are relative to the workspace root or absolute inside it; nothing outside the root can be \
-written.";
+written."
+    )
+}
 
 /// Writes `args.content` to `args.path`.
 pub(crate) fn write(

@@ -92,6 +92,38 @@ async fn specs_carry_annotations_and_claude_code_parameter_names() {
     assert_eq!(renamed.namespace(), "files");
 }
 
+/// The descriptions name other tools as a model calls them, in the provider's namespace:
+/// a bare `ls` names no tool.
+#[tokio::test]
+async fn descriptions_name_other_tools_in_the_namespace() {
+    let fx = Fixture::new();
+    use toolmux_fs::Permission::{Execute, Read, Write};
+    let every = [Read, Write, Execute];
+    let config = toolmux_fs::FsConfig::new(fx.root()).with_permissions(every);
+    let renamed = toolmux_fs::FsProvider::new(config).unwrap().with_namespace("files");
+    for (provider, ns) in [(&fx.fs, "fs"), (&renamed, "files")] {
+        let tools = provider.list_tools().await.unwrap();
+        let spec = |name: &str| tools.iter().find(|t| t.name == name).unwrap().clone();
+        let read = spec("read").description;
+        assert!(read.contains(&format!("(use `{ns}__ls`)")), "{read}");
+        let bash = spec("bash").description;
+        assert!(bash.contains(&format!("with `{ns}__task_output`")), "{bash}");
+        // `glob` is also one of grep's parameters.
+        let names: Vec<&str> =
+            tools.iter().map(|t| t.name.as_str()).filter(|n| *n != "glob").collect();
+        let mut bare = Vec::new();
+        for tool in &tools {
+            let text = format!("{} {}", tool.description, tool.input_schema);
+            for name in &names {
+                if text.contains(&format!("`{name}`")) {
+                    bare.push(format!("{} names `{name}`", tool.name));
+                }
+            }
+        }
+        assert!(bare.is_empty(), "{bare:?}");
+    }
+}
+
 #[tokio::test]
 async fn bad_roots_are_configuration_errors() {
     let err = toolmux_fs::FsProvider::new(toolmux_fs::FsConfig::new("relative")).unwrap_err();

@@ -317,7 +317,7 @@ async fn allow_list_and_env_passthrough() {
         fx.ok("bash", json!({"command": "echo hi"})).await,
         "exit code 0\n--- stdout ---\nhi"
     );
-    expect!["call to `fs__bash` denied: command `echo hi; rm -rf x` is not allowed: it contains the shell operator `;`, which is refused when an allow-list of command prefixes is configured; use `exec` with an argv"]
+    expect!["call to `fs__bash` denied: command `echo hi; rm -rf x` is not allowed: it contains the shell operator `;`, which is refused when an allow-list of command prefixes is configured; use `fs__exec` with an argv"]
         .assert_eq(&fx.err("bash", json!({"command": "echo hi; rm -rf x"})).await);
     expect!["call to `fs__exec` denied: command `rm -rf x` is not allowed: it does not start with an allowed prefix (`echo`, `printenv LANG`); change `bash.allowPrefixes` to allow it"]
         .assert_eq(&fx.err("exec", json!({"argv": ["rm", "-rf", "x"]})).await);
