@@ -1117,8 +1117,9 @@ pub struct HooksSection {
     #[serde(rename = "PostToolUse", default, skip_serializing_if = "Vec::is_empty")]
     pub post_tool_use: Vec<HookMatcherEntry>,
     /// Run when one of toolmux's agents starts a run (`matcher`: the source, `startup` or
-    /// `resume` for a chat that goes on): stdout of exit 0 (or `additionalContext`) is given
-    /// to the model before the task.
+    /// `resume` for a conversation that goes on, a chat's next message or a listening
+    /// agent's next cycle): stdout of exit 0 (or `additionalContext`) is given to the model
+    /// before the task.
     #[serde(rename = "SessionStart", default, skip_serializing_if = "Vec::is_empty")]
     pub session_start: Vec<HookMatcherEntry>,
     /// Run before an agent's task reaches its model (`prompt` in the input): exit code 2,
