@@ -201,9 +201,11 @@ mod tests {
 
     #[test]
     fn a_missing_file_is_not_found() {
-        let missing = scratch().join("missing");
+        let dir = scratch();
+        let missing = dir.join("missing");
         let Err(RegularError::Io(e)) = read_regular(&missing, 1024) else { panic!("no such file") };
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
