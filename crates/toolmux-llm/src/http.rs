@@ -125,10 +125,14 @@ const LOCATION_EXCERPT_BYTES: usize = 200;
 /// A redirect's `Location` as messages show it: resolved against `requested`, the URL
 /// asked (a `Location` may be relative), and shown as [`url_for_messages`] shows URLs.
 /// Text that is no URL even so is shown up to its query or fragment, without what may be
-/// user info (up to an `@` in the part after `://`), its control characters escaped, and
+/// user info (all up to its last `@`), its control characters escaped, and
 /// cut at [`LOCATION_EXCERPT_BYTES`].
 fn location_for_messages(requested: &reqwest::Url, location: &str) -> String {
-    if let Ok(url) = requested.join(location) {
+    // A URL with no authority (`sk-s3cret:x@gateway/v1` is one of scheme `sk-s3cret`)
+    // keeps what may be user info in its path: it is shown as text is.
+    if let Ok(url) = requested.join(location)
+        && !url.cannot_be_a_base()
+    {
         return url_for_messages(&url);
     }
     toolmux_core::unparsed_url_for_messages(location, LOCATION_EXCERPT_BYTES)
@@ -849,6 +853,11 @@ mod tests {
         );
         assert_eq!(shown("http://sk-s3cret@[::1/x#s3cret"), "http://[::1/x");
         assert_eq!(shown("http://[::1\u{7}@x/a@b"), "http://x/a@b");
+        // A password holding `/` or `#` keeps the text from parsing; a token before the
+        // first `:` makes a scheme of it and the rest a path.
+        assert_eq!(shown("https://user:pa/ss3cret@gateway.test/v1"), "https://gateway.test/v1");
+        assert_eq!(shown("https://user:s3cret#1@gateway.test/v1"), "https://gateway.test/v1");
+        assert_eq!(shown("sk-s3cret:x@gateway.test/v1"), "gateway.test/v1");
         assert_eq!(shown("http://[bad\u{1b}[31m"), "http://[bad\\u{1b}[31m");
         let long = shown(&format!("http://[{}", "x".repeat(1000)));
         assert_eq!(long.len(), LOCATION_EXCERPT_BYTES + '…'.len_utf8(), "{long}");

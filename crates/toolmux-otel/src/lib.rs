@@ -481,7 +481,10 @@ const ENDPOINT_EXCERPT_BYTES: usize = 200;
 /// fragment (any of which may carry a token) when it parses as a URL, else as
 /// [`toolmux_core::unparsed_url_for_messages`] shows text.
 fn endpoint_for_messages(endpoint: &str) -> String {
-    let Ok(mut shown) = reqwest::Url::parse(endpoint) else {
+    // A URL with no authority (`user:s3cret@collector:4318` is one of scheme `user`) keeps
+    // what may be user info in its path: it is shown as text is.
+    let parsed = reqwest::Url::parse(endpoint).ok().filter(|url| !url.cannot_be_a_base());
+    let Some(mut shown) = parsed else {
         return toolmux_core::unparsed_url_for_messages(endpoint, ENDPOINT_EXCERPT_BYTES);
     };
     // Both fail only for URLs that cannot have user info, which then have none to hide.

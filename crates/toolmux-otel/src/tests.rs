@@ -436,6 +436,11 @@ fn settings_come_from_the_configuration_then_the_standard_variables() {
         ("ftp://user:s3cret@collector:2121/x?token=s3cret#s3cret", "ftp://collector:2121/x"),
         ("http://sk-s3cret@[::1:4318/x?token=s3cret", "http://[::1:4318/x"),
         ("http://collector:99999\u{1b}[31m#s3cret", "http://collector:99999\\u{1b}[31m"),
+        // A password holding `/` or `#` keeps the text from parsing; no scheme makes
+        // `user` one and the rest a path.
+        ("https://user:pa/ss3cret@collector:4318", "https://collector:4318"),
+        ("https://user:s3cret#1@collector:4318", "https://collector:4318"),
+        ("user:s3cret@collector:4318", "collector:4318"),
     ] {
         let config = OtlpConfig { endpoint: Some(endpoint.into()), ..OtlpConfig::default() };
         let message = refused(config, &no_env);
