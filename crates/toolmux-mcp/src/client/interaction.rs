@@ -11,7 +11,8 @@
 //! `_meta`; each is looked for (held, for a moment, while a call is still sending the
 //! request that may be it). A question that names none (always over stdio) goes to the
 //! only request in flight; with several, whose callers may be different people, it is
-//! refused rather than shown to one who may not be its asker. 2026-07-28 servers ask
+//! refused rather than shown to one who may not be its asker, and so it is while another
+//! caller's cancelled request may still be at work upstream. 2026-07-28 servers ask
 //! inside their result instead (`input_required`); those questions belong to the request
 //! they answer and take the same path.
 
@@ -40,11 +41,24 @@ const LOG_GRACE: Duration = Duration::from_millis(500);
 /// while a call is still sending its request (see [`Flights::context_for_linked`]).
 const LINK_WAIT: Duration = Duration::from_secs(1);
 
+/// How long the caller of a call abandoned before its answer (cancelled) is still counted
+/// among those who may have asked a question that names no call: its server may not have
+/// seen the cancellation yet and still be at work on it, asking.
+const ABANDONED_GRACE: Duration = Duration::from_secs(10);
+
+/// Abandoned calls remembered at most ([`ABANDONED_GRACE`]).
+const ABANDONED_MAX: usize = 1024;
+
+/// Who made a call: its handler, or none.
+type Caller = Option<Arc<dyn toolmux_core::InteractionHandler>>;
+
 /// The calls in flight on one provider's connection, oldest first.
 #[derive(Debug, Default)]
 pub(crate) struct Flights {
     next: AtomicU64,
     calls: Mutex<Vec<Flight>>,
+    /// The callers of calls abandoned within [`ABANDONED_GRACE`], and when.
+    abandoned: Mutex<Vec<(Instant, Caller)>>,
     /// The log sink of the call that ended last, and when it ended.
     ended: Mutex<Option<(Instant, LogSink)>>,
     /// Notified when a sending call links its token, or ends.
@@ -181,13 +195,16 @@ impl Flights {
 
     /// The context a server's request belongs to: the call it names ([`Relation`]: by the
     /// request whose stream it came on, its task, its progress token), else the only call
-    /// still running. With several running it is refused ([`Unrouted::Ambiguous`]) unless
-    /// they all have the same caller, the latest then answering as any would.
+    /// still running. It is refused ([`Unrouted::Ambiguous`]) when another caller may have
+    /// asked it: one with a call running too, or one whose call was cancelled and whose
+    /// server may still be at work on it (its call in flight yet, or abandoned within
+    /// [`ABANDONED_GRACE`]). Several running calls of one caller: the latest answers as any
+    /// would.
     pub(crate) fn context_for(&self, relation: &Relation) -> Result<Asked, Unrouted> {
         let mut calls = self.lock();
         let index = match Self::named(&calls, relation) {
             Some(index) => index,
-            None => Self::only_caller(&calls)?,
+            None => self.only_caller(&calls)?,
         };
         let c = &mut calls[index];
         Ok(Asked {
@@ -215,9 +232,12 @@ impl Flights {
         by_request.or_else(by_task).or_else(by_token)
     }
 
-    /// The latest running call, when every running call has the same caller (the same
-    /// handler, or none): a question that names none of them is then answered alike by any.
-    fn only_caller(calls: &[Flight]) -> Result<usize, Unrouted> {
+    /// The latest running call, when every call that may have asked has the same caller
+    /// (the same handler, or none): a question that names none of them is then answered
+    /// alike by any. Calls cancelled count as askers, in flight or abandoned lately: a
+    /// question their server asks must not reach another caller, who may be another
+    /// person (the key holders of a gateway share its upstream connections).
+    fn only_caller(&self, calls: &[Flight]) -> Result<usize, Unrouted> {
         let mut running = calls.iter().enumerate().filter(|(_, c)| !c.ctx.is_cancelled());
         let Some((latest, call)) = running.next_back() else { return Err(Unrouted::Idle) };
         let caller = call.ctx.handler();
@@ -227,10 +247,13 @@ impl Flights {
             (None, None) => true,
             _ => false,
         };
-        let others = running.filter(|(_, c)| !same(c.ctx.handler())).count();
+        let mut abandoned = self.abandoned.lock().unwrap_or_else(|e| e.into_inner());
+        abandoned.retain(|(at, _)| at.elapsed() < ABANDONED_GRACE);
+        let others = calls.iter().filter(|c| !same(c.ctx.handler())).count()
+            + abandoned.iter().filter(|(_, c)| !same(c.as_ref())).count();
         match others {
             0 => Ok(latest),
-            _ => Err(Unrouted::Ambiguous(calls.iter().filter(|c| !c.ctx.is_cancelled()).count())),
+            _ => Err(Unrouted::Ambiguous(calls.len() + abandoned.len())),
         }
     }
 
@@ -339,6 +362,15 @@ impl Drop for InFlight<'_> {
         }
         if let Some(ended) = &flight.ended {
             ended.cancel();
+        }
+        if flight.ctx.is_cancelled() {
+            let mut abandoned = self.flights.abandoned.lock().unwrap_or_else(|e| e.into_inner());
+            abandoned.retain(|(at, _)| at.elapsed() < ABANDONED_GRACE);
+            // A burst of cancellations keeps the latest ones.
+            if abandoned.len() >= ABANDONED_MAX {
+                abandoned.remove(0);
+            }
+            abandoned.push((Instant::now(), flight.ctx.handler().cloned()));
         }
         if let Some(sink) = flight.ctx.log_sink() {
             let ended = Some((Instant::now(), sink.clone()));
@@ -675,10 +707,34 @@ mod tests {
         let _c = flights.begin(&third);
         let _d = flights.begin(&fourth);
         assert_eq!(flights.context_for(&unnamed()).unwrap().ctx.call_id(), Some("fourth"));
-        // A cancelled caller is not asked, nor counted.
+        // A cancelled caller is not asked, but counted: its server may still ask.
         fourth.cancel_token().cancel();
         let _e = flights.begin(&first);
+        assert_eq!(flights.context_for(&unnamed()).unwrap_err(), Unrouted::Ambiguous(3));
+    }
+
+    /// A question naming no call, asked while one caller's call runs and another's was
+    /// cancelled, is refused, whether the cancelled call is still in flight or has just
+    /// ended: its server may be asking for it, and the running call's caller (another key
+    /// holder of a gateway, sharing the connection) must not be shown it. It went to the
+    /// running call.
+    #[test]
+    fn a_question_is_not_routed_past_another_caller_s_cancelled_call() {
+        let flights = Flights::default();
+        let of_alice = CallContext::new().with_call_id("alice").with_handler(Arc::new(Answers));
+        let of_bob = CallContext::new().with_call_id("bob").with_handler(Arc::new(Answers));
+        let alice = flights.begin(&of_alice);
+        let _bob = flights.begin(&of_bob);
+        of_alice.cancel_token().cancel();
         assert_eq!(flights.context_for(&unnamed()).unwrap_err(), Unrouted::Ambiguous(2));
+        drop(alice);
+        assert_eq!(flights.context_for(&unnamed()).unwrap_err(), Unrouted::Ambiguous(2));
+        // A call that ended with its answer leaves nobody else who may have asked.
+        let fresh = Flights::default();
+        let _bob = fresh.begin(&of_bob);
+        let answered = CallContext::new().with_call_id("answered").with_handler(Arc::new(Answers));
+        drop(fresh.begin(&answered));
+        assert_eq!(fresh.context_for(&unnamed()).unwrap().ctx.call_id(), Some("bob"));
     }
 
     #[test]
