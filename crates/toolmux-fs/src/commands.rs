@@ -169,7 +169,9 @@ impl CommandTools {
         let (sandbox, _) = crate::provider::guarded_sandbox(files, &dir)?;
         // The shell and the environment passed through are the defaults; the sandbox and
         // the spill directory are `bash`'s.
-        let shell = BashConfig { spill_dir: files.bash.spill_dir.clone(), ..BashConfig::default() };
+        // Resolved once, now: spills follow no symlink on its way later.
+        let spill_dir = files.bash.spill_dir.as_deref().map(spill::resolved);
+        let shell = BashConfig { spill_dir, ..BashConfig::default() };
         Ok(CommandTools { tools: built, dir, shell, sandbox })
     }
 
@@ -179,7 +181,7 @@ impl CommandTools {
     /// missing): a program must not rewrite an output saved there before, which the model
     /// reads by its path.
     pub fn with_spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        let dir = dir.into();
+        let dir = spill::resolved(&dir.into());
         self.sandbox = crate::provider::keeping_spill_dir(self.sandbox, Some(&dir));
         self.shell.spill_dir = Some(dir);
         self

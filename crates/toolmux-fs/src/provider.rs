@@ -267,7 +267,9 @@ fn specs(config: &FsConfig, sandbox: &Sandbox, namespace: &str) -> Vec<(Tool, To
 impl FsProvider {
     /// The tools configured by `config`, in namespace `fs`. Fails when the root is not an
     /// absolute path to a directory.
-    pub fn new(config: FsConfig) -> Result<FsProvider, FsError> {
+    pub fn new(mut config: FsConfig) -> Result<FsProvider, FsError> {
+        // Resolved once, now: spills follow no symlink on its way later.
+        config.bash.spill_dir = config.bash.spill_dir.as_deref().map(tools::spill::resolved);
         let workspace = Workspace::open(&config.root)?;
         let (sandbox, protection) = guarded_sandbox(&config, workspace.root())?;
         let workspace = workspace.with_protection(protection);

@@ -5,7 +5,10 @@
 //! temporary directory, `toolmux-fs-<uid>`: created with mode 0700, refused when it is a
 //! symlink or belongs to someone else (anyone can create a name in a shared `/tmp` first),
 //! and tightened to 0700 when it is ours but open to others. A configured directory is the
-//! user's choice and is used as it is (created 0700 when missing). The directory is opened
+//! user's choice and is used as it is (created 0700 when missing), its path resolved once
+//! when the tools are made ([`resolved`]) and never through a symlink after: a command
+//! that could write a folder above it could otherwise put a symlink to a folder it may not
+//! write in its place before a spill and have the file made there. The directory is opened
 //! once and checked, swept and written through that handle (`openat`, `unlinkat`), never
 //! by path again: commands may write the temporary directory, so they can rename this one
 //! and put a symlink in its place between a check and an open. Each file is created new
@@ -15,12 +18,13 @@
 //! older than [`MAX_AGE`] from the directory (best effort).
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use std::ffi::OsStr;
 use std::fs::{self, DirBuilder, File};
 use std::hash::BuildHasher as _;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -103,7 +107,8 @@ fn create_between(
 /// directory), made or checked as [`create`] does: for the sandbox to keep it read-only
 /// to commands from their start.
 pub(crate) fn directory(configured: Option<&Path>) -> Result<PathBuf, String> {
-    open_directory(configured, &std::env::temp_dir()).map(|(path, _)| path)
+    let configured = configured.map(resolved);
+    open_directory(configured.as_deref(), &std::env::temp_dir()).map(|(path, _)| path)
 }
 
 /// The spill directory `configured` names, made 0700 where missing, else this user's
@@ -114,14 +119,62 @@ fn open_directory(configured: Option<&Path>, base: &Path) -> Result<(PathBuf, Ow
             DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| {
                 format!("the spill directory `{}` cannot be created: {e}", dir.display())
             })?;
-            // The user's choice: a symlink to a directory is followed, once, here.
-            let handle = open_dir(dir, OFlags::empty()).map_err(|e| {
-                format!("the spill directory `{}` cannot be opened: {e}", dir.display())
+            // `dir` was resolved when the tools were made ([`resolved`]): a symlink the user
+            // chose was followed then. One found on the way now was put there since (by a
+            // command that could write a folder above), and following it would write the
+            // file wherever it leads.
+            let handle = open_dir_following_no_symlink(dir).map_err(|e| {
+                if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                    format!(
+                        "the spill directory `{}` is reached through a symbolic link put \
+                         there since toolmux started (a command may have replaced a folder \
+                         on its way); refusing to write command output through it",
+                        dir.display()
+                    )
+                } else {
+                    format!("the spill directory `{}` cannot be opened: {e}", dir.display())
+                }
             })?;
             Ok((dir.to_path_buf(), handle))
         }
         None => private_dir(base, rustix::process::getuid().as_raw()),
     }
+}
+
+/// The configured spill directory `configured` as spills will use it: absolute paths with
+/// the symlinks on their way resolved now, once (the user's choice), so that
+/// [`create`] can follow none later; a relative path as it is.
+pub(crate) fn resolved(configured: &Path) -> PathBuf {
+    if configured.is_absolute() {
+        crate::protect::resolve_ambient(configured)
+    } else {
+        configured.to_path_buf()
+    }
+}
+
+/// Opens the directory `path` for the `*at` calls one component at a time, none of them
+/// followed if it is a symlink (`ELOOP` then, whatever the kernel said).
+fn open_dir_following_no_symlink(path: &Path) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let start = if path.has_root() { Path::new("/") } else { Path::new(".") };
+    let mut dir = open_dir(start, OFlags::empty())?;
+    for part in path.components() {
+        let name = match part {
+            Component::Normal(name) => name,
+            Component::ParentDir => OsStr::new(".."),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
+        };
+        dir = match rustix::fs::openat(&dir, name, flags, Mode::empty()) {
+            Ok(next) => next,
+            // With `O_DIRECTORY`, a symlink is refused as no directory: said as a link.
+            Err(e) => {
+                let link = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|m| FileType::from_raw_mode(m.st_mode) == FileType::Symlink);
+                return Err(if link { rustix::io::Errno::LOOP } else { e }.into());
+            }
+        };
+    }
+    Ok(dir)
 }
 
 /// Opens the directory `path` for the `*at` calls, with `extra` flags.
@@ -349,6 +402,36 @@ mod tests {
         assert!(err.contains("was replaced while a spill file was made in it"), "{err}");
         // What was made there is removed again.
         assert_eq!(fs::read_dir(&moved).unwrap().count(), 0);
+    }
+
+    /// A configured directory replaced by a symlink after the check before a command (by a
+    /// command that could write the folder above it) is not written through; a symlink the
+    /// user configured is followed, once, when the tools are made.
+    #[test]
+    fn a_configured_directory_swapped_for_a_symlink_is_not_written_through() {
+        let base = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let dir = resolved(&base.path().join("spill"));
+        directory(Some(&dir)).unwrap();
+        fs::rename(&dir, base.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &dir).unwrap();
+        let err = create(Some(&dir), Kind::Stdout).unwrap_err();
+        assert!(err.contains("is reached through a symbolic link put there since"), "{err}");
+        assert_eq!(fs::read_dir(outside.path()).unwrap().count(), 0);
+        // A folder on the way replaced the same way.
+        let deeper = resolved(&base.path().join("a/spill"));
+        directory(Some(&deeper)).unwrap();
+        fs::rename(base.path().join("a"), base.path().join("a-moved")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), base.path().join("a")).unwrap();
+        fs::create_dir(outside.path().join("spill")).unwrap();
+        assert!(create(Some(&deeper), Kind::Stdout).is_err());
+        assert_eq!(fs::read_dir(outside.path().join("spill")).unwrap().count(), 0);
+        // The user's own symlink, resolved when the tools are made.
+        let link = base.path().join("link");
+        std::os::unix::fs::symlink(base.path().join("moved"), &link).unwrap();
+        let chosen = resolved(&link);
+        let (path, _) = create(Some(&chosen), Kind::Task).unwrap();
+        assert!(path.starts_with(fs::canonicalize(base.path().join("moved")).unwrap()));
     }
 
     #[test]
