@@ -134,8 +134,8 @@ pub use config::{
 pub use events::ToolEvent;
 pub use glob::glob_match;
 pub use hooks::{
-    AfterHook, BeforeHook, CallDisplay, CallEnd, CommandHook, DisplayedCall, HookEvent, HookExit,
-    HookFailure, InvalidMatcher, ToolMatcher, run_program,
+    AfterHook, BeforeHook, CallDisplay, CallEnd, CommandHook, DisplayFuture, DisplayedCall,
+    HookEvent, HookExit, HookFailure, InvalidMatcher, ToolMatcher, run_program,
 };
 pub use orchestrator::{
     Orchestrator, OrchestratorBuilder, OrchestratorError, ProviderReport, WarmupReport,

@@ -381,6 +381,10 @@ impl Toolmux {
         let spaces =
             spaces(loaded, previous.and_then(|p| p.spaces.clone()), shared_spaces, &secrets)?;
         #[cfg(feature = "external")]
+        let shows_in_space = shown_in_space(loaded, spaces.is_some())?;
+        #[cfg(not(feature = "external"))]
+        shown_in_space(loaded, false)?;
+        #[cfg(feature = "external")]
         if let Some((spaces, history)) = &spaces
             && keep(toolmux_external::GATEWAY_NAMESPACE)
         {
@@ -473,6 +477,14 @@ impl Toolmux {
         let orchestrator = match sampler(loaded, &models)? {
             Some(sampler) => orchestrator.sampler(sampler),
             None => orchestrator,
+        };
+        // The calls of the tools with `showInSpace` are posted to their callers' spaces.
+        #[cfg(feature = "external")]
+        let orchestrator = match &spaces {
+            Some((spaces, _)) if shows_in_space => {
+                orchestrator.display(Arc::new(SpaceDisplay(spaces.clone())))
+            }
+            _ => orchestrator,
         };
         let orchestrator = providers
             .into_iter()
@@ -847,7 +859,7 @@ fn tool_settings(tool: &ToolEntry) -> ToolSettings {
         provider_wait: None,
         answer_wait: None,
         priority: tool.priority,
-        show_in_space: None,
+        show_in_space: tool.show_in_space,
     }
 }
 
@@ -1561,6 +1573,102 @@ fn external_ttls(loaded: &Loaded) -> (Duration, Duration) {
 fn external_max_inboxes(loaded: &Loaded) -> usize {
     let max = loaded.config.defaults.external_max_inboxes;
     max.unwrap_or(toolmux_external::DEFAULT_MAX_INBOXES)
+}
+
+/// Whether a tool's calls are shown in spaces (`tools.NAME.showInSpace: true`); refused
+/// without `spaces` (`has_spaces`), and on an external tool, which says it with
+/// `externalTools.NAME.visible`.
+fn shown_in_space(loaded: &Loaded, has_spaces: bool) -> Result<bool, ToolmuxError> {
+    let mut shown = false;
+    for (name, tool) in &loaded.config.tools {
+        if tool.show_in_space != Some(true) {
+            continue;
+        }
+        let refused = |message: String| {
+            Err(ToolmuxError::config(
+                loaded.source_name(),
+                format!("tools.{name}.showInSpace: {message}"),
+            ))
+        };
+        if name.starts_with("external__") {
+            return refused(
+                "an external tool's calls are shown with `externalTools.NAME.visible`; remove \
+                 this key"
+                    .to_owned(),
+            );
+        }
+        if !has_spaces {
+            let fix = if cfg!(feature = "external") {
+                "add a `spaces` section (`spaces: {}` keeps them under the output folder)"
+            } else {
+                "spaces need toolmux built with the `external` feature"
+            };
+            return refused(format!(
+                "its calls are shown in spaces, and none are configured: {fix}, or remove this key"
+            ));
+        }
+        shown = true;
+    }
+    Ok(shown)
+}
+
+/// Posts the calls of the tools with `tools.NAME.showInSpace` to their caller's active
+/// space as they start, and finishes them as they end
+/// ([`toolmux_external::Spaces::show_call`]). A caller in no space runs them unshown (the
+/// seeds: a visible call made outside a space is displayed nowhere); a space that cannot
+/// be written is warned of, and the call runs all the same.
+#[cfg(feature = "external")]
+#[derive(Debug)]
+struct SpaceDisplay(toolmux_external::Spaces);
+
+#[cfg(feature = "external")]
+impl toolmux_orchestrator::CallDisplay for SpaceDisplay {
+    fn start<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: &'a serde_json::Value,
+        ctx: &'a toolmux_core::CallContext,
+    ) -> toolmux_orchestrator::DisplayFuture<'a, Option<Box<dyn toolmux_orchestrator::DisplayedCall>>>
+    {
+        Box::pin(async move {
+            let who = toolmux_external::spaces::Who::of(ctx);
+            match self.0.show_call(&who, tool, arguments.clone()).await {
+                Ok(shown) => shown.map(|shown| {
+                    Box::new(ShownInSpace(shown)) as Box<dyn toolmux_orchestrator::DisplayedCall>
+                }),
+                Err(e) => {
+                    tracing::warn!(target: "toolmux::spaces", "the call of {tool} not shown in its space: {}", toolmux_core::error_report(&e));
+                    None
+                }
+            }
+        })
+    }
+}
+
+/// A call posted by [`SpaceDisplay`], finished as it ends.
+#[cfg(feature = "external")]
+#[derive(Debug)]
+struct ShownInSpace(toolmux_external::ShownCall);
+
+#[cfg(feature = "external")]
+impl toolmux_orchestrator::DisplayedCall for ShownInSpace {
+    fn end<'a>(
+        self: Box<Self>,
+        end: toolmux_orchestrator::CallEnd<'a>,
+    ) -> toolmux_orchestrator::DisplayFuture<'a, ()> {
+        use toolmux_orchestrator::CallEnd;
+        Box::pin(async move {
+            let shown = self.0;
+            let finished = match end {
+                CallEnd::Answered(output) => shown.answered(output).await,
+                CallEnd::Failed(report) => shown.failed(report).await,
+                _ => shown.cancelled().await,
+            };
+            if let Err(e) = finished {
+                tracing::warn!(target: "toolmux::spaces", "a shown call not finished in its space: {}", toolmux_core::error_report(&e));
+            }
+        })
+    }
 }
 
 /// The external tools, their pending calls in `store` (else in this process).

@@ -402,3 +402,89 @@ externalTools:
     assert_eq!(shown["status"], "complete");
     assert_eq!(shown["result"]["temperature"], 21);
 }
+
+/// `tools.NAME.showInSpace` shows a file tool's calls in the caller's space as a visible
+/// external tool's are: `tool.started` with the arguments, then `tool.done` with the
+/// result the caller got, or `tool.error` with its error; a tool without it, and a caller
+/// in no space, post nothing.
+#[tokio::test]
+async fn a_tool_shown_in_space_posts_its_calls_there() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "hello from the notes\n").unwrap();
+    let yaml = "
+fs: {}
+spaces: {dir: rooms}
+tools:
+  fs__read: {showInSpace: true}
+";
+    let loaded = load(yaml, dir.path()).unwrap();
+    let toolmux = Toolmux::build(&loaded).await.unwrap();
+    let orchestrator = toolmux.orchestrator();
+    assert!(orchestrator.warmup().await.is_ok());
+    let ctx = CallContext::new().with_run_id("r1");
+    let read = |path: &str| ToolCall::new("fs__read", json!({"path": path}));
+    // In a run of its own: a run's second read of unchanged lines is not repeated.
+    let elsewhere = CallContext::new().with_run_id("r0");
+    let outside = orchestrator.execute(read("notes.txt"), &elsewhere).await;
+    assert!(outside.ok, "a caller in no space runs it unshown: {outside:?}");
+    let enter = ToolCall::new("gateway__enter_space", json!({"space": "desk"}));
+    assert!(orchestrator.execute(enter, &ctx).await.ok);
+    let changes = |since: u64| async move {
+        let args = json!({"space": "desk", "since": since});
+        let viewer = CallContext::new().with_run_id("viewer");
+        let answer = orchestrator.execute(ToolCall::new("gateway__changes", args), &viewer).await;
+        serde_json::from_str::<Value>(&answer.result.expect("the changes")).unwrap()
+    };
+    let start = changes(0).await["version"].as_u64().unwrap();
+
+    let read_ok = orchestrator.execute(read("notes.txt"), &ctx).await;
+    assert!(read_ok.ok, "{read_ok:?}");
+    let listed = orchestrator.execute(ToolCall::new("fs__ls", json!({})), &ctx).await;
+    assert!(listed.ok, "{listed:?}");
+    let missing = orchestrator.execute(read("missing.txt"), &ctx).await;
+    assert!(!missing.ok);
+
+    let got = changes(start).await;
+    let events: Vec<&str> =
+        got["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(
+        events,
+        ["message", "tool.started", "tool.done", "message", "tool.started", "tool.error"],
+        "{got}"
+    );
+    let messages = got["messages"].as_array().unwrap();
+    let done = &messages[0]["tool"];
+    assert_eq!(done["name"], "fs__read");
+    assert_eq!(done["toolName"], "fs__read");
+    assert_eq!(done["arguments"], json!({"path": "notes.txt"}));
+    assert_eq!(done["status"], "complete");
+    assert_eq!(done["result"].as_str(), read_ok.result.as_deref(), "what the caller got");
+    assert!(done["result"].as_str().unwrap().contains("hello from the notes"), "{done}");
+    let failed = &messages[1]["tool"];
+    assert_eq!(failed["status"], "error");
+    assert!(failed["result"].as_str().unwrap().contains("missing.txt"), "{failed}");
+}
+
+/// `showInSpace` without `spaces`, or on an external tool, is a configuration error
+/// naming the key and the fix.
+#[tokio::test]
+async fn show_in_space_mistakes_are_configuration_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "fs: {}\ntools:\n  fs__read: {showInSpace: true}\n",
+            "toolmux.yaml: tools.fs__read.showInSpace: its calls are shown in spaces, and none are configured: add a `spaces` section (`spaces: {}` keeps them under the output folder), or remove this key",
+        ),
+        (
+            "spaces: {dir: rooms}\nexternalTools:\n  ask: {description: d}\ntools:\n  external__ask: {showInSpace: true}\n",
+            "toolmux.yaml: tools.external__ask.showInSpace: an external tool's calls are shown with `externalTools.NAME.visible`; remove this key",
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let loaded = load(yaml, dir.path()).unwrap();
+        let error = Toolmux::build(&loaded).await.unwrap_err().to_string();
+        assert_eq!(error, expected);
+    }
+    let off = "fs: {}\ntools:\n  fs__read: {showInSpace: false}\n";
+    assert!(Toolmux::build(&load(off, dir.path()).unwrap()).await.is_ok());
+}

@@ -47,26 +47,28 @@ pub trait AfterHook: Send + Sync + fmt::Debug {
 /// Shows people the calls of the tools whose settings ask for it
 /// ([`crate::ToolSettings::show_in_space`]): told as each such call starts, and, through
 /// what it gives back, how the call ended. The facade posts them to the caller's space.
-#[async_trait]
+/// Its methods return boxed futures, so that it is implemented without `async-trait`.
 pub trait CallDisplay: Send + Sync + fmt::Debug {
     /// The call of `tool` (its full name) with `arguments` (the caller's, the
     /// configuration's secrets redacted) starts: what ends its display, or `None` when it
     /// is not shown (its caller is where nobody sees it, or the display failed, which must
     /// not fail the call). Awaited before the call runs.
-    async fn start(
-        &self,
-        tool: &str,
-        arguments: &Value,
-        ctx: &CallContext,
-    ) -> Option<Box<dyn DisplayedCall>>;
+    fn start<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: &'a Value,
+        ctx: &'a CallContext,
+    ) -> DisplayFuture<'a, Option<Box<dyn DisplayedCall>>>;
 }
+
+/// The future of a [`CallDisplay`]'s or a [`DisplayedCall`]'s method.
+pub type DisplayFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A call being shown ([`CallDisplay::start`]). Dropped without [`DisplayedCall::end`]
 /// (its caller stopped waiting for the call), it shows the call cancelled.
-#[async_trait]
 pub trait DisplayedCall: Send + fmt::Debug {
     /// Shows how the call ended; awaited before its caller gets the result.
-    async fn end(self: Box<Self>, end: CallEnd<'_>);
+    fn end<'a>(self: Box<Self>, end: CallEnd<'a>) -> DisplayFuture<'a, ()>;
 }
 
 /// How a shown call ended.

@@ -1,14 +1,14 @@
 //! Shown calls: a [`CallDisplay`] is told of the calls of the tools configured so
 //! (`ToolSettings::show_in_space`), as they start and as they end.
 
-use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{CallContext, ToolCall};
 use toolmux_orchestrator::{
-    CallDisplay, CallEnd, DisplayedCall, Orchestrator, OrchestratorConfig, ToolSettings,
+    CallDisplay, CallEnd, DisplayFuture, DisplayedCall, Orchestrator, OrchestratorConfig,
+    ToolSettings,
 };
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -24,16 +24,19 @@ impl Recorder {
     }
 }
 
-#[async_trait]
 impl CallDisplay for Recorder {
-    async fn start(
-        &self,
-        tool: &str,
-        arguments: &Value,
-        _ctx: &CallContext,
-    ) -> Option<Box<dyn DisplayedCall>> {
-        self.lines.lock().expect("not poisoned").push(format!("start {tool} {arguments}"));
-        Some(Box::new(Shown { tool: tool.to_owned(), lines: self.lines.clone(), ended: false }))
+    fn start<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: &'a Value,
+        _ctx: &'a CallContext,
+    ) -> DisplayFuture<'a, Option<Box<dyn DisplayedCall>>> {
+        Box::pin(async move {
+            self.lines.lock().expect("not poisoned").push(format!("start {tool} {arguments}"));
+            let lines = self.lines.clone();
+            Some(Box::new(Shown { tool: tool.to_owned(), lines, ended: false })
+                as Box<dyn DisplayedCall>)
+        })
     }
 }
 
@@ -44,9 +47,8 @@ struct Shown {
     ended: bool,
 }
 
-#[async_trait]
 impl DisplayedCall for Shown {
-    async fn end(mut self: Box<Self>, end: CallEnd<'_>) {
+    fn end<'a>(mut self: Box<Self>, end: CallEnd<'a>) -> DisplayFuture<'a, ()> {
         self.ended = true;
         let line = match end {
             CallEnd::Answered(output) => format!("answered {}", output.to_text()),
@@ -55,6 +57,7 @@ impl DisplayedCall for Shown {
             _ => "other".to_owned(),
         };
         self.lines.lock().expect("not poisoned").push(format!("end {} {line}", self.tool));
+        Box::pin(async {})
     }
 }
 

@@ -1282,6 +1282,14 @@ pub struct ToolEntry {
     /// Its annotations, instead of its provider's (each one given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<AnnotationsEntry>,
+    /// Show its calls in the caller's active space, as a visible external tool's are (the
+    /// seeds' tool visibility, for a tool of any provider): each call is posted as it
+    /// starts (`requires_action`, with its arguments) and finished with the result its
+    /// caller gets, its error, or `cancelled`; a caller in no space runs it unshown. Needs
+    /// `spaces`; an external tool says it with `externalTools.NAME.visible` instead. Not
+    /// `annotations.visible`, which lists the tool to models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub show_in_space: Option<bool>,
     /// Metadata for the programs that show or route it, merged over its provider's (an
     /// MCP tool's `_meta`) member by member, `null` removing one; served as the tool's
     /// `_meta` and listed by `toolmux tools list --json`, never shown to models. The
@@ -1310,7 +1318,9 @@ pub struct AnnotationsEntry {
     /// Calling it ends an agent's turn: the agent stops and reports after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ends_turn: Option<bool>,
-    /// Shown to models (`false`: hidden from listings, still called by name).
+    /// Shown to models (`false`: hidden from listings, still called by name). Not the
+    /// seeds' visibility of a call to people in a space, which is `tools.NAME.showInSpace`
+    /// (`externalTools.NAME.visible` for an external tool).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub visible: Option<bool>,
     /// Shown to people (`false`: events say it ran but carry neither its arguments nor its
