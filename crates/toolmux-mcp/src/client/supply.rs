@@ -236,12 +236,12 @@ async fn ask(url: &str, package: &Package) -> Result<Verdict, String> {
         .redirect(reqwest::redirect::Policy::limited(3))
         .build()
         .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
-    let endpoint = format!("{}/v1/query", url.trim_end_matches('/'));
     // Named as errors name URLs, without what may be secret (a key in its query or user
     // information); reqwest's own messages name the whole URL.
-    let shown = super::failure::shown_url(&endpoint);
+    let shown = super::failure::shown_url(url);
+    let endpoint = query_url(url).map_err(|e| format!("{shown} is no URL ({e})"))?;
     let response = client
-        .post(&endpoint)
+        .post(endpoint.clone())
         .json(&query)
         .send()
         .await
@@ -266,6 +266,16 @@ async fn ask(url: &str, package: &Package) -> Result<Verdict, String> {
         })
         .collect();
     Ok(Verdict { malicious })
+}
+
+/// OSV's query endpoint under `base`: `/v1/query` goes into the path, after the base's
+/// own, and the base's query (a proxy's key, say) stays the query.
+fn query_url(base: &str) -> Result<reqwest::Url, String> {
+    let mut url = reqwest::Url::parse(base).map_err(|e| e.to_string())?;
+    let path = format!("{}/v1/query", url.path().trim_end_matches('/'));
+    url.set_path(&path);
+    url.set_fragment(None);
+    Ok(url)
 }
 
 #[cfg(test)]
@@ -294,6 +304,31 @@ mod tests {
         let closed = format!("http://user:s3cret-token@127.0.0.1:{}", free_port());
         let why = ask(&closed, &package).await.expect_err("nothing listens");
         assert!(why.contains("cannot reach the server") && !why.contains("s3cret-token"), "{why}");
+    }
+
+    /// A key in OSV's query (a proxy's) stays the query: `/v1/query` goes into the path,
+    /// where it was appended to the query and the proxy refused what it could not route.
+    #[tokio::test]
+    async fn a_key_in_osvs_query_stays_its_query() {
+        let app = axum::Router::new().route(
+            "/proxy/v1/query",
+            axum::routing::post(|query: axum::extract::RawQuery| async move {
+                if query.0.as_deref() == Some("key=k") {
+                    (axum::http::StatusCode::OK, r#"{"vulns": []}"#)
+                } else {
+                    (axum::http::StatusCode::FORBIDDEN, "no key")
+                }
+            }),
+        );
+        let osv = toolmux_test_support::loopback::Loopback::serve("osv-proxy", app);
+        let package = Package { ecosystem: "npm", name: "keyed-mcp".to_owned(), version: None };
+        for base in ["/proxy?key=k", "/proxy/?key=k#part"] {
+            let url = format!("http://{}{base}", osv.addr);
+            let verdict = ask(&url, &package).await.expect("the proxy answered");
+            assert!(verdict.malicious.is_empty(), "{base}");
+        }
+        let why = ask("not a url?key=s3cret", &package).await.expect_err("no URL");
+        assert!(why.contains("is no URL") && !why.contains("s3cret"), "{why}");
     }
 
     fn free_port() -> u16 {
