@@ -337,9 +337,19 @@ impl Agents {
             refused_calls: paused.refused_calls,
             usage: paused.usage,
             unread: paused.unread_results.clone(),
+            pending_async: usize::try_from(paused.pending_async_calls).unwrap_or(usize::MAX),
+            // The report lists the agents the run went through, the paused one last.
+            handed: match paused.handoffs.split_last() {
+                Some((last, before)) if *last == paused.agent => before.to_vec(),
+                _ => Vec::new(),
+            },
         };
         let options = RunOptions { history: paused.transcript.clone(), ..options.clone() };
-        let op = Op::new(format!("{NAMESPACE}__{}", paused.agent), ctx.op().cloned());
+        // A resumed run is the same run: it goes on under the operation it had, the first
+        // agent's, which its asynchronous calls, inbox and gateway state (active space,
+        // goals, memories) belong to, whichever agent paused it.
+        let first = resume.handed.first().unwrap_or(&paused.agent);
+        let op = Op::new(format!("{NAMESPACE}__{first}"), ctx.op().cloned());
         let mut ctx = ctx.clone().with_op(op);
         // A context in no run of its own goes on as the paused run, whose inbox holds the
         // results of its asynchronous calls that came while it was paused.
@@ -448,6 +458,11 @@ impl Agents {
             None => (Vec::new(), None),
         };
         let resumed_run = resume.is_some();
+        // A resumed run goes on through the agents that handed it the task before it paused.
+        if let Some(resume) = &resume {
+            path.clone_from(&resume.handed);
+        }
+        let handed_before = path.len();
         // The run's asynchronous calls whose results had not come at the last hand-off: the
         // run's, not the agent's, so the next agent waits for them as the last would have.
         let mut handed_pending = None;
@@ -487,7 +502,7 @@ impl Agents {
             // After a hand-off, the next agent starts afresh (a resumed run's conversation
             // is the agent's that paused).
             let history: &[toolmux_llm::Message] =
-                if resumed_run && !path.is_empty() { &[] } else { &options.history };
+                if resumed_run && path.len() > handed_before { &[] } else { &options.history };
             // What the agents before it took from the inbox and did not read is the next
             // one's to read: the run's inbox is its too.
             let handed_results = std::mem::take(&mut totals.unread_results);

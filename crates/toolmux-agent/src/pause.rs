@@ -112,6 +112,14 @@ pub(crate) struct Resume {
     /// model ([`AgentReport::unread_results`](crate::AgentReport::unread_results)): given
     /// to it first.
     pub(crate) unread: Vec<Value>,
+    /// The run's asynchronous external calls whose results had not come at the pause
+    /// ([`AgentReport::pending_async_calls`](crate::AgentReport::pending_async_calls)):
+    /// the resumed session reads the inbox for them.
+    pub(crate) pending_async: usize,
+    /// The agents that handed the task on before the paused one, first to last: the run
+    /// goes on as theirs (the first one's identity, its hand-off count, the models its
+    /// agents inherit).
+    pub(crate) handed: Vec<String>,
 }
 
 /// What the model reads for a call denied on resume.

@@ -107,6 +107,13 @@ pub struct AgentReport {
     /// the only place they are left. A paused run's are given to its model when it resumes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unread_results: Vec<Value>,
+    /// Asynchronous external calls of a paused run whose results had not come when it
+    /// paused, by every agent of the run (those an agent made before handing the task on
+    /// too, which the paused agent's conversation does not show): its resumption reads the
+    /// run's inbox for them before its first turn. Reports written before this count was
+    /// kept read as 0; their resumption counts the calls in its conversation.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pending_async_calls: u32,
     /// The run failed because its model did (an API error, no answer), not because of
     /// anything the agent did: worth trying again (`agent listen` does).
     #[serde(skip)]
@@ -197,6 +204,7 @@ impl AgentReport {
             task: None,
             run_id: None,
             unread_results: Vec::new(),
+            pending_async_calls: 0,
             model_failed: false,
             model_may_pass: false,
             credentials_refused: None,
@@ -250,6 +258,11 @@ impl AgentReport {
             .with_extra("refusedCalls", json!(self.refused_calls))
             .with_extra("usage", json!(self.usage))
     }
+}
+
+/// Whether a count is 0, left out of a report as JSON.
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 /// `item` with `redactor`'s secrets redacted from its strings, as written in JSON; should

@@ -353,10 +353,13 @@ impl Session<'_> {
             repeats: Repeats::default(),
             // A conversation that goes on (a resumed run, a chat's next message) may have
             // asynchronous results waiting in the run's inbox since it stopped; a session
-            // handed the task goes on waiting for those the agents before it waited for.
-            pending_external: AtomicUsize::new(
-                self.handed_pending.unwrap_or_else(|| pending_in(self.history)),
-            ),
+            // handed the task goes on waiting for those the agents before it waited for, and
+            // a resumed one for those the run waited for at the pause (the agents' before
+            // the paused one too, whose calls its conversation does not show).
+            pending_external: AtomicUsize::new(self.handed_pending.unwrap_or_else(|| {
+                let at_pause = self.resume.map_or(0, |r| r.pending_async);
+                pending_in(self.history).max(at_pause)
+            })),
             // A paused run's results that had not reached the model yet come first, then
             // those the agents before it took and did not read (taken out of the inbox,
             // they are nowhere else).
@@ -944,7 +947,7 @@ impl Session<'_> {
     /// The session's end as its caller gets it: with the conversation when kept, and with
     /// the results taken from the inbox that did not reach the model, `state.arrived`
     /// ([`AgentReport::unread_results`]): taken out of the inbox, they are nowhere else; a
-    /// hand-off also with the calls whose results are still to come.
+    /// hand-off and a pause also with the calls whose results are still to come.
     fn finish(&self, end: SessionEnd, transcript: Vec<Message>, state: State) -> SessionEnd {
         let arrived = state.arrived;
         if !arrived.is_empty() {
@@ -956,6 +959,10 @@ impl Session<'_> {
                 report.unread_results.extend(arrived);
                 if self.keep_transcript || report.status == AgentStatus::Paused {
                     report.transcript = transcript;
+                }
+                if report.status == AgentStatus::Paused {
+                    let pending = state.pending_external.into_inner();
+                    report.pending_async_calls = u32::try_from(pending).unwrap_or(u32::MAX);
                 }
                 SessionEnd::Report(report)
             }

@@ -3384,6 +3384,77 @@ async fn a_resumed_run_hands_off_with_its_task() {
     orchestrator.cleanup().await;
 }
 
+/// A run handed off and paused is resumed as the same run: under the first agent's
+/// operation, which its asynchronous calls and gateway state belong to, so the resumed
+/// agent is given the result of a call the first agent made before the hand-off, is still
+/// in the space the first agent entered, and the run's hand-offs go on from the pause.
+/// Before, the resumption ran as the paused agent's own operation: it counted no pending
+/// call (its conversation shows none), the inbox would not have given it the first agent's
+/// results anyway, its active space was none, and the resumed report named no hand-off.
+#[tokio::test]
+async fn a_run_handed_off_and_paused_resumes_as_the_same_run() {
+    use toolmux_agent::Decision;
+    let (store, external) = async_external("build", "Starts a build");
+    let gateway = toolmux_external::GatewayProvider::new(toolmux_external::Spaces::in_memory());
+    let front = Arc::new(
+        ScriptedModel::new("front")
+            .calls(vec![
+                ("external__build", json!({"target": 0})),
+                ("gateway__enter_space", json!({"space": "ops"})),
+            ])
+            .calls(vec![("router__handoff-to", json!({"agent": "billing"}))]),
+    );
+    let billing = Arc::new(
+        ScriptedModel::new("billing")
+            .calls(vec![("mock__push", json!({"branch": "main"}))])
+            .calls(vec![("gateway__read_messages", json!({}))])
+            .report("success", "pushed and built"),
+    );
+    let mut definitions = one("front", agent("front"));
+    definitions.agents.insert("billing".into(), agent("billing"));
+    definitions.router =
+        Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
+    let mock = MockProvider::new("mock").with_tool("push", Behavior::Echo);
+    let providers: Vec<Arc<dyn ToolProvider>> =
+        vec![Arc::new(external), Arc::new(gateway), Arc::new(mock)];
+    let config = OrchestratorConfig::default().with_permissions(asking(&["mock__push"]));
+    let (agents, orchestrator) =
+        start_agents_with(config, definitions, by_name(&[&front, &billing]), providers).await;
+    let report =
+        agents.run_with("front", "push and build", &CallContext::new(), &pausing()).await.unwrap();
+    assert_eq!((report.status, report.agent.as_str()), (AgentStatus::Paused, "billing"));
+    assert_eq!(report.handoffs, ["front", "billing"]);
+    assert_eq!(report.pending_async_calls, 1, "{report:?}");
+    // The build the first agent started is done while the run is paused.
+    answer_pending(&store, |_| true, json!("built 0"));
+    let decisions = BTreeMap::from([(report.pending[0].call_id.clone(), Decision::approve())]);
+    let done = agents.resume(&stored(&report), decisions, &CallContext::new(), &pausing()).await;
+    orchestrator.cleanup().await;
+    let done = done.unwrap();
+    assert_eq!((done.status, done.content.as_str()), (AgentStatus::Success, "pushed and built"));
+    assert_eq!(done.handoffs, ["front", "billing"]);
+    assert!(done.unread_results.is_empty(), "{done:?}");
+    let requests = billing.requests();
+    assert_eq!(requests.len(), 3, "{requests:#?}");
+    match requests[1].messages.last() {
+        Some(Message::User { content }) => assert!(
+            content.starts_with("(Results of your earlier asynchronous tool calls arrived:")
+                && content.contains("built 0"),
+            "{content}"
+        ),
+        other => panic!("expected the build's result last, got {other:?}"),
+    }
+    // Read without naming a space, the messages are the active space's.
+    let read = tool_results(&requests[2]);
+    let page: Value = serde_json::from_str(&read[0].0).expect(&read[0].0);
+    assert_eq!(page["space"], "ops", "{page}");
+    let left = {
+        use toolmux_external::PendingStore;
+        store.take_inbox("default", None).await.unwrap()
+    };
+    assert!(left.is_empty(), "results left in the inbox: {left:?}");
+}
+
 // ---------------------------------------------------------------------------------------
 // A request over the model's context window, refused by the API
 
