@@ -104,7 +104,17 @@ pub(crate) struct Shared {
     naming: OnceLock<Naming>,
     /// Who is subscribed to each resource, by URI (see [`Subscribers`]).
     subscribers: Mutex<HashMap<String, Subscribers>>,
+    /// The number of the next `resources/subscribe` that takes a URI for its session
+    /// (see [`SessionSubscriptions`]).
+    subscription_attempts: AtomicU64,
 }
+
+/// The resource URIs one session is subscribed to, each with the number of the
+/// `resources/subscribe` that took it ([`Shared::subscription_attempts`]). A subscription
+/// whose provider fails lets go of its URI only while the URI is still its own: the
+/// session may have unsubscribed meanwhile (its hold is then released already) and
+/// subscribed again (the URI is then the later attempt's).
+type SessionSubscriptions = Arc<Mutex<HashMap<String, u64>>>;
 
 /// The sessions (and `subscriptions/listen` requests) subscribed to one resource, and the
 /// providers they subscribed through: the whole served provider, or key holders' views.
@@ -270,6 +280,7 @@ impl Shared {
             task_tools,
             naming,
             subscribers: Mutex::default(),
+            subscription_attempts: AtomicU64::new(0),
         })
     }
 
@@ -528,7 +539,7 @@ struct SessionEnd {
     _session: DropGuard,
     shared: Arc<Shared>,
     runs: Mutex<Vec<Arc<str>>>,
-    subscriptions: Arc<Mutex<HashSet<String>>>,
+    subscriptions: SessionSubscriptions,
 }
 
 impl SessionEnd {
@@ -549,7 +560,7 @@ impl Drop for SessionEnd {
         let subscriptions =
             std::mem::take(&mut *self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()));
         // Outside a runtime (the server's is gone) there is no one left to tell.
-        self.shared.release_subscriptions_later(subscriptions);
+        self.shared.release_subscriptions_later(subscriptions.into_keys().collect());
     }
 }
 
@@ -572,7 +583,7 @@ pub(crate) struct Gateway {
     /// The level set with `logging/setLevel`; no log lines are sent before one is set.
     log_level: Arc<Mutex<Option<LogLevel>>>,
     /// The resource URIs this session subscribed to.
-    subscriptions: Arc<Mutex<HashSet<String>>>,
+    subscriptions: SessionSubscriptions,
     /// The provider's streams for `subscriptions/listen` requests rmcp is about to
     /// acknowledge, by requested filter (see [`Streams`]).
     prepared: Arc<Mutex<Vec<(SubscriptionFilter, Streams)>>>,
@@ -716,7 +727,7 @@ impl Gateway {
         let n = shared.sessions.fetch_add(1, Ordering::Relaxed) + 1;
         let run_id: Arc<str> = Arc::from(format!("mcp-{}-{n}", shared.server_id));
         let session = CancellationToken::new();
-        let subscriptions: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let subscriptions = SessionSubscriptions::default();
         let ended = Arc::new(SessionEnd {
             _session: session.clone().drop_guard(),
             shared: shared.clone(),
@@ -1572,9 +1583,10 @@ impl ServerHandler for Gateway {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let fresh = {
+        let attempt = {
             let mut subscriptions = self.subscriptions.lock().unwrap_or_else(|e| e.into_inner());
-            if subscriptions.len() >= SUBSCRIPTIONS_MAX && !subscriptions.contains(&request.uri) {
+            if subscriptions.len() >= SUBSCRIPTIONS_MAX && !subscriptions.contains_key(&request.uri)
+            {
                 return Err(ErrorData::invalid_request(
                     format!(
                         "this session is subscribed to {SUBSCRIPTIONS_MAX} resources, the most \
@@ -1585,18 +1597,30 @@ impl ServerHandler for Gateway {
                     None,
                 ));
             }
-            subscriptions.insert(request.uri.clone())
+            if subscriptions.contains_key(&request.uri) {
+                return Ok(());
+            }
+            let attempt = self.shared.subscription_attempts.fetch_add(1, Ordering::Relaxed);
+            subscriptions.insert(request.uri.clone(), attempt);
+            attempt
         };
-        if !fresh {
-            return Ok(());
-        }
         self.shared.hold_subscription(&request.uri);
         let subscriber = self.shared.subscriber(self.holder(&context));
         if let Err(error) = subscriber.provider.subscribe_resource(&request.uri).await {
-            self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()).remove(&request.uri);
-            // The others subscribed may have left meanwhile.
-            let through = self.shared.release_subscription(&request.uri);
-            let _ = unsubscribe_through(through, &request.uri).await;
+            let own = {
+                let mut subscriptions =
+                    self.subscriptions.lock().unwrap_or_else(|e| e.into_inner());
+                let own = subscriptions.get(&request.uri) == Some(&attempt);
+                if own {
+                    subscriptions.remove(&request.uri);
+                }
+                own
+            };
+            if own {
+                // The others subscribed may have left meanwhile.
+                let through = self.shared.release_subscription(&request.uri);
+                let _ = unsubscribe_through(through, &request.uri).await;
+            }
             return Err(resource_error(&error));
         }
         if !self.shared.subscribed_through(&request.uri, &subscriber) {
@@ -1612,7 +1636,7 @@ impl ServerHandler for Gateway {
     ) -> Result<(), ErrorData> {
         let removed =
             self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()).remove(&request.uri);
-        if !removed {
+        if removed.is_none() {
             return Ok(());
         }
         // Another session subscribed to it too keeps the providers' subscriptions.
@@ -1866,7 +1890,8 @@ impl ServerHandler for Gateway {
                         },
                     };
                     let Some(subscriptions) = subscriptions.upgrade() else { break };
-                    if !subscriptions.lock().unwrap_or_else(|e| e.into_inner()).contains(&*uri) {
+                    if !subscriptions.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&*uri)
+                    {
                         continue;
                     }
                     let param = ResourceUpdatedNotificationParam::new(uri.to_string());

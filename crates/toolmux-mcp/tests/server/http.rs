@@ -633,6 +633,114 @@ async fn a_resource_two_sessions_subscribe_to_stays_until_both_leave() {
     server.stop().await;
 }
 
+/// [`crate::stdio::Subscribed`] whose first subscription waits until the test lets it go
+/// (`released`), then fails; the later ones succeed.
+#[derive(Debug)]
+struct FirstSubscriptionFails {
+    subscribed: crate::stdio::Subscribed,
+    subscriptions: std::sync::atomic::AtomicUsize,
+    /// Told when the first subscription has begun.
+    entered: tokio::sync::Notify,
+    released: tokio::sync::Notify,
+}
+
+impl FirstSubscriptionFails {
+    fn new() -> FirstSubscriptionFails {
+        FirstSubscriptionFails {
+            subscribed: crate::stdio::Subscribed {
+                fixture: Fixture::new(0),
+                uris: Default::default(),
+            },
+            subscriptions: Default::default(),
+            entered: Default::default(),
+            released: Default::default(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolProvider for FirstSubscriptionFails {
+    fn kind(&self) -> toolmux_core::ToolKind {
+        self.subscribed.kind()
+    }
+
+    fn namespace(&self) -> &str {
+        self.subscribed.namespace()
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, toolmux_core::ToolError> {
+        self.subscribed.list_tools().await
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &toolmux_core::CallContext,
+    ) -> Result<toolmux_core::ToolOutput, toolmux_core::ToolError> {
+        self.subscribed.call(name, arguments, ctx).await
+    }
+
+    async fn subscribe_resource(&self, uri: &str) -> Result<(), toolmux_core::ToolError> {
+        if self.subscriptions.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.entered.notify_one();
+            self.released.notified().await;
+            return Err(toolmux_core::ToolError::UnknownResource { uri: uri.to_owned() });
+        }
+        self.subscribed.subscribe_resource(uri).await
+    }
+
+    async fn unsubscribe_resource(&self, uri: &str) -> Result<(), toolmux_core::ToolError> {
+        self.subscribed.unsubscribe_resource(uri).await
+    }
+
+    fn resource_updates(&self) -> Option<toolmux_core::ResourceUpdates> {
+        self.subscribed.resource_updates()
+    }
+}
+
+/// A subscription that fails after its session unsubscribed meanwhile lets go of nothing
+/// more: neither another session's hold of the resource (session `b` subscribed while
+/// `a`'s first attempt waited) nor the session's own next subscription to it (`a`
+/// subscribed again). The failure released the URI a second time, so the provider was
+/// told to unsubscribe while `b`, or `a`'s second subscription, still held it.
+#[tokio::test]
+async fn a_subscription_failing_after_its_session_left_lets_go_of_nothing_more() {
+    use crate::protocol::RawSession;
+    // Ids told apart: a session's requests are under way together.
+    let request = |id: u32, method: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"uri": "test://r"}})
+            .to_string()
+    };
+    for second_by_the_same_session in [false, true] {
+        let provider = Arc::new(FirstSubscriptionFails::new());
+        let server = HttpServer::start(provider.clone(), ServeOptions::default()).await;
+        let a = RawSession::open(&server.url()).await;
+        let b = if second_by_the_same_session {
+            None
+        } else {
+            Some(RawSession::open(&server.url()).await)
+        };
+        let holder = b.as_ref().unwrap_or(&a);
+        let subscribe = request(1, "resources/subscribe");
+        let (failed, ()) = tokio::join!(a.post(&subscribe), async {
+            within(provider.entered.notified()).await;
+            let answered = a.post(&request(2, "resources/unsubscribe")).await;
+            assert_eq!(answered.message()["result"], json!({}), "{}", answered.body);
+            let answered = holder.post(&request(3, "resources/subscribe")).await;
+            assert_eq!(answered.message()["result"], json!({}), "{}", answered.body);
+            provider.released.notify_one();
+        });
+        assert!(failed.message()["error"].is_object(), "{}", failed.body);
+        let case = if second_by_the_same_session { "a again" } else { "b" };
+        assert_eq!(provider.subscribed.uris(), ["test://r"], "still held by {case}");
+        let answered = holder.post(&request(4, "resources/unsubscribe")).await;
+        assert_eq!(answered.message()["result"], json!({}), "{}", answered.body);
+        assert!(provider.subscribed.uris().is_empty(), "{:?}", provider.subscribed.uris());
+        server.stop().await;
+    }
+}
+
 /// Whether the listen ends by its client vanishing or by the server stopping.
 #[derive(Clone, Copy, PartialEq)]
 enum ListenEnd {
