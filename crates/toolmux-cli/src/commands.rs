@@ -913,6 +913,11 @@ fn name_prefix_refusal(args: &ServeArgs, loaded: &Loaded) -> Option<String> {
 }
 
 pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8> {
+    // The files as loaded, before the servers start: `--watch` reloads on a change made
+    // while they do, where it looked first only once serving and missed it for good.
+    let cwd = std::env::current_dir().unwrap_or_else(|_| loaded.base_dir.clone());
+    let source = crate::reload::Source::of(loaded, cwd);
+    let first_look = if args.watch { crate::reload::look(&source) } else { Vec::new() };
     use toolmux::toolmux_mcp::server::{ServeOptions, TokenVerifier, bind_http, serve_stdio};
     // Checked before any provider starts.
     let key_rule = KeyRule::of(&args);
@@ -984,8 +989,6 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         }
     };
     let watching = CancellationToken::new();
-    let cwd = std::env::current_dir().unwrap_or_else(|_| loaded.base_dir.clone());
-    let source = crate::reload::Source::of(loaded, cwd);
     let watched = (args.watch && !source.files().is_empty()).then_some(source);
     let provider: Arc<dyn ToolProvider> = match watched {
         Some(source) => {
@@ -998,6 +1001,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
             };
             tokio::spawn(crate::reload::watch(
                 source,
+                first_look,
                 current.clone(),
                 live.clone(),
                 serve_provider,

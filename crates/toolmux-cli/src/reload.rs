@@ -354,20 +354,35 @@ fn snapshot(file: &Path) -> Option<Result<Vec<u8>, String>> {
     }
 }
 
-/// Watches the files of `source` and reloads on change until `stop`; `serve_provider` makes
-/// the provider served from a Toolmux (the orchestrator, or its `--tools` view).
+/// What `serve --watch` saw of each of a source's files at one look, in [`Source::files`]'s
+/// order.
+pub(crate) type Look = Vec<Option<Result<Vec<u8>, String>>>;
+
+/// The files of `source` as they are now: taken as the configuration is loaded, so that a
+/// change made while the servers start (before the watcher first runs) is a change.
+pub(crate) fn look(source: &Source) -> Look {
+    read_all(&source.files())
+}
+
+fn read_all(files: &[PathBuf]) -> Look {
+    files.iter().map(|f| snapshot(f)).collect()
+}
+
+/// Watches the files of `source` and reloads on change until `stop`, from `first`, what
+/// [`look`] saw as the configuration was loaded; `serve_provider` makes the provider served
+/// from a Toolmux (the orchestrator, or its `--tools` view).
 pub(crate) async fn watch(
     source: Source,
+    first: Look,
     current: Current,
     live: Arc<Live>,
     serve_provider: impl Fn(&Toolmux) -> Arc<dyn ToolProvider> + Send + 'static,
     keys: Keys,
     stop: CancellationToken,
 ) {
-    let read_all = |files: &[PathBuf]| files.iter().map(|f| snapshot(f)).collect::<Vec<_>>();
     let mut source = source;
     let mut files = source.files();
-    let mut seen = read_all(&files);
+    let mut seen = first;
     // Why the user's or managed files could not be looked for, said once until it changes.
     let mut problem: Option<String> = None;
     loop {

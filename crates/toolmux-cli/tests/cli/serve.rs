@@ -1455,6 +1455,27 @@ fn watch_reports_a_fifo_in_place_of_the_configuration_and_goes_on() {
     assert_eq!(code, 0, "{stderr}");
 }
 
+/// `serve --watch` reloads a configuration changed while its servers start: the files are
+/// looked at as they are loaded, where the watcher first looked only once serving and took
+/// the changed file for the one served, never to reload it.
+#[test]
+fn watch_reloads_a_change_made_while_the_servers_start() {
+    let project = Project::new();
+    // A server that says nothing for 2 s, then ends: the start waits for it.
+    let slow = "fs: {}\nmcpServers:\n  slow: {command: sh, args: [-c, 'sleep 2']}\n";
+    project.file("toolmux.yaml", slow);
+    let config = project.path().join("toolmux.yaml");
+    let changer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        std::fs::write(&config, "fs: {permissions: [read, write]}\n").expect("written");
+    });
+    let mut gateway = Followed::of(serve_http_with(&project, &["--watch"]));
+    changer.join().expect("changed");
+    gateway.wait_for("toolmux: reloaded");
+    let (code, stderr) = gateway.stop();
+    assert_eq!(code, 0, "{stderr}");
+}
+
 /// A gateway whose stderr is read as it comes, for tests that wait for what it says (a
 /// reload); killed should the test fail before it is stopped.
 struct Followed {
