@@ -244,6 +244,16 @@ fn by_name(models: &[&Arc<ScriptedModel>]) -> BTreeMap<String, Arc<dyn Model>> {
     models.iter().map(|m| (m.name.clone(), Arc::clone(m) as Arc<dyn Model>)).collect()
 }
 
+/// Agents `front` (on model `front_model`) and `billing` (on model `billing`), each able to
+/// hand the task to the other.
+fn front_and_billing(front_model: &str) -> AgentDefinitions {
+    let mut definitions = one("front", agent(front_model));
+    definitions.agents.insert("billing".into(), agent("billing"));
+    definitions.router =
+        Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
+    definitions
+}
+
 fn one(name: &str, config: AgentConfig) -> AgentDefinitions {
     let mut definitions = AgentDefinitions::default();
     definitions.agents.insert(name.into(), config);
@@ -1600,10 +1610,7 @@ async fn a_hand_off_passes_the_task_on() {
         json!({"agent": "billing", "message": "they were charged twice"}),
     )]));
     let billing = Arc::new(ScriptedModel::new("billing").report("success", "refunded"));
-    let mut definitions = one("front", agent("front"));
-    definitions.agents.insert("billing".into(), agent("billing"));
-    definitions.router =
-        Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
+    let definitions = front_and_billing("front");
     let s = setup(definitions, vec![front.clone(), billing.clone()]).await;
     let report = s.agents.run("front", "I was charged twice", &CallContext::new()).await.unwrap();
     assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "refunded"));
@@ -1632,10 +1639,7 @@ async fn results_an_agent_did_not_read_go_to_the_agent_it_hands_off_to() {
     let billing = Arc::new(
         ScriptedModel::new("billing").report("success", "early").report("success", "all read"),
     );
-    let mut definitions = one("front", agent("m"));
-    definitions.agents.insert("billing".into(), agent("billing"));
-    definitions.router =
-        Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
+    let definitions = front_and_billing("m");
     let models = by_name(&[&front, &billing]);
     let config = OrchestratorConfig::default().with_response_max_bytes(500);
     let (agents, orchestrator) = start_agents_with(config, definitions, models, providers).await;
@@ -1696,10 +1700,7 @@ async fn calls_pending_at_a_hand_off_are_waited_for_by_the_next_agent() {
             .then(answering(1))
             .report("success", "both built"),
     );
-    let mut definitions = one("front", agent("front"));
-    definitions.agents.insert("billing".into(), agent("billing"));
-    definitions.router =
-        Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
+    let definitions = front_and_billing("front");
     let models = by_name(&[&front, &billing]);
     let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
     let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
@@ -3356,10 +3357,7 @@ async fn a_resumed_run_hands_off_with_its_task() {
             .calls(vec![("router__handoff-to", json!({"agent": "billing", "message": "pushed"}))]),
     );
     let billing = Arc::new(ScriptedModel::new("billing").report("success", "billed"));
-    let mut definitions = one("front", agent("front"));
-    definitions.agents.insert("billing".into(), agent("billing"));
-    definitions.router =
-        Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
+    let definitions = front_and_billing("front");
     let models = by_name(&[&front, &billing]);
     let (agents, orchestrator, mock) =
         with_models(definitions, models, asking(&["mock__push"])).await;
@@ -3410,10 +3408,7 @@ async fn a_run_handed_off_and_paused_resumes_as_the_same_run() {
             .calls(vec![("gateway__read_messages", json!({}))])
             .report("success", "pushed and built"),
     );
-    let mut definitions = one("front", agent("front"));
-    definitions.agents.insert("billing".into(), agent("billing"));
-    definitions.router =
-        Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
+    let definitions = front_and_billing("front");
     let mock = MockProvider::new("mock").with_tool("push", Behavior::Echo);
     let providers: Vec<Arc<dyn ToolProvider>> =
         vec![Arc::new(external), Arc::new(gateway), Arc::new(mock)];
